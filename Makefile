@@ -1,0 +1,34 @@
+# Two entry points for a fresh clone: `make run` and `make test`. Both set up .venv first (once).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Without CUDA, pin the CPU build of torch: an unpinned torch pulls a multi-GB CUDA build.
+HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+
+.PHONY: setup run test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+ifeq ($(HAS_CUDA),1)
+	$(PY) -m pip install -q -e ".[dev]"
+else
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[dev]"
+endif
+	touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/aio demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m tiers.bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""AIO package: classifier."""

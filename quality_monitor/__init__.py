@@ -1,0 +1,1 @@
+"""AIO package: quality_monitor."""

@@ -1,0 +1,43 @@
+"""Paged attention in plain PyTorch: the CPU path (fast there) and the fallback without Triton."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tiers.attention.metadata import AttentionMetadata
+
+
+def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    num_kv_heads, head_dim = key.shape[1], key.shape[2]
+    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, key)
+    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value)
+
+
+def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """query [T, H, D]; key/value [T, Hkv, D] are this step's new tokens, already stored in the caches."""
+    num_heads, head_dim = query.shape[1], query.shape[2]
+    num_kv_heads = k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    out = torch.empty_like(query)
+    nd = meta.num_decode_tokens
+    if nd:
+        # Decodes: the query heads of one KV head become the query-length axis, so GQA needs no KV repeat.
+        keys = k_cache[meta.decode_block_tables].flatten(1, 2).transpose(1, 2)  # [B, Hkv, L, D]
+        values = v_cache[meta.decode_block_tables].flatten(1, 2).transpose(1, 2)
+        q = query[:nd].view(nd, num_kv_heads, group, head_dim)
+        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.decode_mask, scale=scale)
+        out[:nd] = o.reshape(nd, num_heads, head_dim)
+    for chunk in meta.prefills:
+        q = query[chunk.start:chunk.end].transpose(0, 1)  # [H, q, D]
+        if chunk.mask is None:
+            k = key[chunk.start:chunk.end].transpose(0, 1)
+            v = value[chunk.start:chunk.end].transpose(0, 1)
+        else:
+            k = k_cache[chunk.block_table].flatten(0, 1)[:chunk.seq_len].transpose(0, 1)
+            v = v_cache[chunk.block_table].flatten(0, 1)[:chunk.seq_len].transpose(0, 1)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=chunk.mask, is_causal=chunk.mask is None,
+                                           scale=scale, enable_gqa=group > 1)
+        out[chunk.start:chunk.end] = o.transpose(0, 1)
+    return out

@@ -1,0 +1,33 @@
+"""Engine settings: one flat dataclass."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineConfig:
+    device: str = "cpu"
+    dtype: str | None = None  # None: float32 on CPU, the checkpoint's half type (or bfloat16) on CUDA
+    block_size: int = 16
+    kv_cache_bytes: int | None = None  # the KV budget in bytes ...
+    kv_cache_fraction: float | None = None  # ... or as a fraction of device memory (weights + KV on CUDA)
+    max_num_seqs: int = 256
+    max_model_len: int | None = None  # default: the model's max_position_embeddings (capped by the KV pool)
+    max_num_batched_tokens: int = 2048
+    enable_prefix_caching: bool = True
+    attention_backend: str | None = None  # "torch" or "triton"; None: triton on CUDA, torch elsewhere
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two, got {self.block_size}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        if self.kv_cache_bytes is not None and self.kv_cache_fraction is not None:
+            raise ValueError("set kv_cache_bytes or kv_cache_fraction, not both")
+        if self.kv_cache_fraction is not None and not 0 < self.kv_cache_fraction <= 1:
+            raise ValueError(f"kv_cache_fraction must be in (0, 1], got {self.kv_cache_fraction}")
+        if self.attention_backend not in (None, "torch", "triton"):
+            raise ValueError(f"attention_backend must be 'torch' or 'triton', got {self.attention_backend!r}")

@@ -1,0 +1,39 @@
+"""What the engine hands back for a request."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tiers.engine.sequence import TokenLogprob
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # generated so far (the whole generation once finished)
+    text: str  # generated text so far
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    stop_reason: str | int | None = None  # the stop string or stop token id that ended it
+    new_token_ids: list[int] = field(default_factory=list)  # since the previous output of this request
+    delta_text: str = ""
+    logprobs: list[TokenLogprob] | None = None
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    error: str | None = None  # set when finish_reason == "error"
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+@dataclass
+class EngineStats:
+    num_blocks: int
+    num_free_blocks: int
+    num_used_blocks: int
+    kv_cache_usage: float  # used / total blocks
+    num_running: int
+    num_waiting: int
+    prefix_cache_hit_rate: float  # prompt tokens served from the cache / prompt tokens looked up
+    num_preemptions: int
+    num_steps: int

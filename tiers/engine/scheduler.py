@@ -1,0 +1,110 @@
+"""Continuous batching with a per-step token budget (vLLM v1's rule).
+
+There are no prefill and decode phases: each sequence has computed tokens and a target (all its tokens). A step
+serves running sequences first, then admits waiting ones, until the token budget or max_num_seqs is used up.
+A prompt longer than the remaining budget is prefilled in chunks over several steps. When the KV pool runs
+out, the lowest-priority running sequence is preempted: its blocks are freed and it is recomputed later.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from tiers.engine.block_manager import BlockManager
+from tiers.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSequence:
+    seq: Sequence
+    num_new_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        """After this step the sequence has computed all its tokens, so the step samples its next token."""
+        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+        self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: list[Sequence] = []  # sorted by sort_key
+        self.running: list[Sequence] = []  # sorted by sort_key
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        index = 0
+        while index < len(self.running) and budget > 0:
+            seq = self.running[index]
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            assert num_new > 0, "a running sequence has nothing to compute"
+            while not self.block_manager.allocate_slots(seq, num_new):
+                victim = self.running[-1]  # lowest priority, latest arrival
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    break
+            else:
+                out.scheduled.append(ScheduledSequence(seq, num_new))
+                budget -= num_new
+                index += 1
+                continue
+            break
+
+        if not out.preempted:
+            while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+                seq = self.waiting[0]
+                computed = self.block_manager.get_computed_blocks(seq)
+                num_cached = len(computed) * self.block_manager.block_size
+                num_new = min(seq.num_tokens - num_cached, budget)
+                if not self.block_manager.allocate_slots(seq, num_new, computed):
+                    break
+                self.waiting.pop(0)
+                if seq.num_preemptions == 0:
+                    seq.num_cached_tokens = num_cached
+                    self.block_manager.record_prefix_lookup(seq.num_prompt_tokens, num_cached)
+                seq.num_computed_tokens = num_cached
+                seq.status = SequenceStatus.RUNNING
+                bisect.insort(self.running, seq, key=lambda s: s.sort_key)
+                out.scheduled.append(ScheduledSequence(seq, num_new))
+                budget -= num_new
+        return out
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.add(seq)
+
+    def finish(self, seq: Sequence, reason: str, discard_cached: bool = False) -> None:
+        """Remove a sequence wherever it is and free its blocks."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        self.block_manager.free(seq, discard_cached=discard_cached)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason

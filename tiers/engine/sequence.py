@@ -1,0 +1,87 @@
+"""One request inside the engine: its tokens, progress and KV blocks."""
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from tiers.engine.block_pool import Block
+from tiers.engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # (token id, logprob), best first
+
+
+_counter = itertools.count()
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    priority: int = 0
+    on_output: Callable[[Any], None] | None = None
+    stream: bool = False
+    arrival_time: float = field(default_factory=time.monotonic)
+    arrival_index: int = field(default_factory=lambda: next(_counter))
+    generator: torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        self.token_ids: list[int] = list(self.prompt_token_ids)
+        self.num_prompt_tokens = len(self.prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at first schedule
+        self.blocks: list[Block] = []
+        self.num_hashed_blocks = 0
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
+        self.logprobs: list[TokenLogprob] = []
+        self.first_token_time: float | None = None
+        self.num_preemptions = 0
+        # Incremental detokenization state (used for streams and stop strings).
+        self.text = ""
+        self.prefix_offset = max(0, self.num_prompt_tokens - 5)
+        self.read_offset = self.num_prompt_tokens
+        self.num_text_sent = 0
+        self.num_tokens_sent = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    @property
+    def block_ids(self) -> list[int]:
+        return [b.block_id for b in self.blocks]
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        """Lower is served first and preempted last."""
+        return (self.priority, self.arrival_index)

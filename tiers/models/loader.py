@@ -1,0 +1,87 @@
+"""Builds a model from a local Hugging Face checkpoint folder (single or sharded safetensors)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from safetensors import safe_open
+
+from tiers.models.config import ModelConfig, UnsupportedModelError
+from tiers.models.llama import LlamaForCausalLM
+
+IGNORED_WEIGHT_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def safetensors_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return [path / name for name in sorted(set(weight_map.values()))]
+    single = path / "model.safetensors"
+    if single.is_file():
+        return [single]
+    files = sorted(path.glob("*.safetensors"))
+    if files:
+        return files
+    raise FileNotFoundError(f"no safetensors weights in {path} (model.safetensors or an index); "
+                            "convert .bin checkpoints to safetensors first")
+
+
+def iterate_weights(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    for file in safetensors_files(path):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def load_model(path: str | Path, config: ModelConfig, device: torch.device, dtype: torch.dtype) -> LlamaForCausalLM:
+    path = Path(path)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    model = model.to_empty(device=device).to(dtype)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+    params = dict(model.named_parameters(remove_duplicate=False))
+    loaded: set[str] = set()
+    for name, tensor in iterate_weights(path):
+        if name.endswith(IGNORED_WEIGHT_SUFFIXES):
+            continue
+        if config.tie_word_embeddings and name == "lm_head.weight":
+            continue
+        target_name = name[len("model."):] if name.startswith("model.") else name
+        parts = target_name.split(".")
+        shard = None
+        if len(parts) >= 2 and parts[-2] in LlamaForCausalLM.packed:
+            fused, shard = LlamaForCausalLM.packed[parts[-2]]
+            parts[-2] = fused
+            target_name = ".".join(parts)
+        param = params.get(target_name)
+        if param is None:
+            raise UnsupportedModelError(f"unexpected weight {name!r} in {path}: the checkpoint does not match "
+                                        f"{config.architecture} as this engine implements it (quantized weights "
+                                        "are not supported)")
+        target = param.data if shard is None else param.data[model.shard_slice(parts[-2], shard)]
+        if target.shape != tensor.shape:
+            raise UnsupportedModelError(f"weight {name!r} has shape {tuple(tensor.shape)}, "
+                                        f"expected {tuple(target.shape)}")
+        with torch.no_grad():
+            target.copy_(tensor.to(dtype))
+        loaded.add(f"{target_name}#{shard}")
+    expected = {f"{n}#{s}" for n, p in params.items() for s in _shards_of(n)}
+    if config.tie_word_embeddings:
+        expected.discard("lm_head.weight#None")
+    missing = sorted(expected - loaded)
+    if missing:
+        raise UnsupportedModelError(f"checkpoint {path} is missing weights: {', '.join(missing[:5])}"
+                                    + (" ..." if len(missing) > 5 else ""))
+    return model.eval()
+
+
+def _shards_of(param_name: str) -> list[int | None]:
+    if ".qkv_proj." in param_name:
+        return [0, 1, 2]
+    if ".gate_up_proj." in param_name:
+        return [0, 1]
+    return [None]
