@@ -13,11 +13,20 @@ class PrefillChunk:
     end: int
     seq_len: int  # context length including this chunk
     block_table: torch.Tensor  # [num_blocks_of_seq] int64
-    mask: torch.Tensor | None  # [q_len, seq_len] bool, None when there is no cached prefix (plain causal)
+    mask: torch.Tensor | None  # [q_len, seq_len] additive float; None without a cached prefix (plain causal)
 
     @property
     def num_cached(self) -> int:
         return self.seq_len - (self.end - self.start)
+
+
+@dataclass
+class DecodeGroup:
+    """Single-token sequences of similar context length (rows start:end), attended in one batched call."""
+    start: int
+    end: int
+    block_tables: torch.Tensor  # [end - start, max_blocks_of_group] int64
+    mask: torch.Tensor  # [end - start, 1, 1, max_blocks_of_group * block_size] additive float
 
 
 @dataclass
@@ -28,8 +37,7 @@ class AttentionMetadata:
     seq_lens: torch.Tensor  # [num_seqs] int32
     query_start_loc: torch.Tensor  # [num_seqs + 1] int32
     max_query_len: int
-    # The CPU form: single-token sequences come first and run as one batched decode.
-    num_decode_tokens: int = 0
-    decode_block_tables: torch.Tensor | None = None  # [num_decodes, max_blocks] int64
-    decode_mask: torch.Tensor | None = None  # [num_decodes, 1, 1, max_blocks * block_size] bool
+    # The CPU form: single-token sequences come first, sorted by context length and grouped so that each group
+    # pads its gathered KV only to its own longest context.
+    decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)

@@ -14,6 +14,12 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_ca
     v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value)
 
 
+def gather_blocks(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    """cache[block_table] as whole-block row copies: several times faster on CPU than advanced indexing."""
+    rows = cache.view(cache.shape[0], -1).index_select(0, block_table.reshape(-1))
+    return rows.view(*block_table.shape, *cache.shape[1:])
+
+
 def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """query [T, H, D]; key/value [T, Hkv, D] are this step's new tokens, already stored in the caches."""
@@ -21,22 +27,22 @@ def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query)
-    nd = meta.num_decode_tokens
-    if nd:
-        # Decodes: the query heads of one KV head become the query-length axis, so GQA needs no KV repeat.
-        keys = k_cache[meta.decode_block_tables].flatten(1, 2).transpose(1, 2)  # [B, Hkv, L, D]
-        values = v_cache[meta.decode_block_tables].flatten(1, 2).transpose(1, 2)
-        q = query[:nd].view(nd, num_kv_heads, group, head_dim)
-        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=meta.decode_mask, scale=scale)
-        out[:nd] = o.reshape(nd, num_heads, head_dim)
+    for dg in meta.decode_groups:
+        # The query heads of one KV head become the query-length axis, so GQA needs no KV repeat.
+        n = dg.end - dg.start
+        keys = gather_blocks(k_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)  # [n, Hkv, L, D]
+        values = gather_blocks(v_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)
+        q = query[dg.start:dg.end].view(n, num_kv_heads, group, head_dim)
+        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=dg.mask, scale=scale)
+        out[dg.start:dg.end] = o.reshape(n, num_heads, head_dim)
     for chunk in meta.prefills:
         q = query[chunk.start:chunk.end].transpose(0, 1)  # [H, q, D]
         if chunk.mask is None:
             k = key[chunk.start:chunk.end].transpose(0, 1)
             v = value[chunk.start:chunk.end].transpose(0, 1)
         else:
-            k = k_cache[chunk.block_table].flatten(0, 1)[:chunk.seq_len].transpose(0, 1)
-            v = v_cache[chunk.block_table].flatten(0, 1)[:chunk.seq_len].transpose(0, 1)
+            k = gather_blocks(k_cache, chunk.block_table).flatten(0, 1)[:chunk.seq_len].transpose(0, 1)
+            v = gather_blocks(v_cache, chunk.block_table).flatten(0, 1)[:chunk.seq_len].transpose(0, 1)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=chunk.mask, is_causal=chunk.mask is None,
                                            scale=scale, enable_gqa=group > 1)
         out[chunk.start:chunk.end] = o.transpose(0, 1)

@@ -227,7 +227,10 @@ class Engine:
         seq.num_text_sent, seq.num_tokens_sent = text_end, seq.num_output_tokens
         outputs.append(out)
         if seq.on_output is not None:
-            seq.on_output(out)
+            try:
+                seq.on_output(out)
+            except Exception:  # e.g. the consumer's event loop is gone: never let it break the step
+                logger.exception("output callback of request %s failed", seq.request_id)
 
     # ---- front ends -----------------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from tiers.attention.metadata import AttentionMetadata, PrefillChunk
+from tiers.attention.metadata import AttentionMetadata, DecodeGroup, PrefillChunk
 from tiers.engine.config import EngineConfig
 from tiers.engine.sampler import sample
 from tiers.engine.scheduler import ScheduledSequence
@@ -19,6 +19,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CPU_KV_BYTES = 4 << 30
 DEFAULT_CUDA_MEMORY_FRACTION = 0.9
+DECODE_GROUP_SIZE = 8
+
+
+def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
 
 
 def resolve_dtype(name: str | torch.dtype | None, device: torch.device, model_config: ModelConfig) -> torch.dtype:
@@ -92,7 +97,11 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, scheduled: list[ScheduledSequence]) -> dict[int, tuple[int, TokenLogprob | None]]:
         """Runs one step. Returns {index in `scheduled`: (token, logprob)} for the sequences that sample."""
-        order = sorted(range(len(scheduled)), key=lambda i: scheduled[i].num_new_tokens != 1)
+        def decodes_first_by_length(i: int) -> tuple[bool, int]:
+            s = scheduled[i]
+            return s.num_new_tokens != 1, s.seq.num_computed_tokens
+
+        order = sorted(range(len(scheduled)), key=decodes_first_by_length)
         batch = [scheduled[i] for i in order]
         input_ids, positions, meta, sample_rows = self._prepare(batch)
         hidden = self.model(input_ids, positions, meta)
@@ -142,18 +151,21 @@ class ModelRunner:
                                  block_tables: torch.Tensor, seq_lens: list[int], query_start: list[int]) -> None:
         dev, bs = self.device, self.block_size
         num_decodes = sum(1 for s in batch if s.num_new_tokens == 1)
-        meta.num_decode_tokens = num_decodes
-        if num_decodes:
-            max_blocks = max(len(s.seq.blocks) for s in batch[:num_decodes])
-            meta.decode_block_tables = block_tables[:num_decodes, :max_blocks].to(dev, torch.int64)
-            lens = torch.tensor(seq_lens[:num_decodes], device=dev)
-            meta.decode_mask = (torch.arange(max_blocks * bs, device=dev) < lens[:, None])[:, None, None, :]
+        for start in range(0, num_decodes, DECODE_GROUP_SIZE):
+            end = min(start + DECODE_GROUP_SIZE, num_decodes)
+            max_blocks = len(batch[end - 1].seq.blocks)  # sorted by length: the last is the longest
+            lens = torch.tensor(seq_lens[start:end], device=dev)
+            visible = torch.arange(max_blocks * bs, device=dev) < lens[:, None]
+            meta.decode_groups.append(DecodeGroup(
+                start, end, block_tables[start:end, :max_blocks].to(dev, torch.int64),
+                _additive(visible, self.dtype)[:, None, None, :]))
         for i in range(num_decodes, len(batch)):
             s = batch[i]
             seq_len, q_len = seq_lens[i], s.num_new_tokens
             mask = None
             if seq_len > q_len:
                 q_pos = torch.arange(q_len, device=dev)[:, None]
-                mask = torch.arange(seq_len, device=dev)[None, :] < seq_len - q_len + q_pos + 1
+                mask = _additive(torch.arange(seq_len, device=dev)[None, :] < seq_len - q_len + q_pos + 1,
+                                 self.dtype)
             meta.prefills.append(PrefillChunk(query_start[i], query_start[i + 1], seq_len,
                                               torch.tensor(s.seq.block_ids, device=dev), mask))
