@@ -17,7 +17,7 @@ from tiers.models.loader import load_model
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CPU_KV_BYTES = 4 << 30
+DEFAULT_CPU_KV_BYTES = 1 << 30
 DEFAULT_CUDA_MEMORY_FRACTION = 0.9
 DECODE_GROUP_SIZE = 8
 
@@ -72,7 +72,7 @@ class ModelRunner:
             budget = int(total * fraction) - torch.cuda.memory_allocated(self.device) - activations - logits
         else:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            budget = int(total * c.kv_cache_fraction) if c.kv_cache_fraction else min(DEFAULT_CPU_KV_BYTES, total // 4)
+            budget = int(total * c.kv_cache_fraction) if c.kv_cache_fraction else min(DEFAULT_CPU_KV_BYTES, total // 8)
         num_blocks = budget // self.kv_bytes_per_block
         # No use in more blocks than max_num_seqs full-length sequences can hold.
         max_len = c.max_model_len or self.model_config.max_position_embeddings
