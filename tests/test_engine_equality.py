@@ -135,7 +135,6 @@ def test_unsupported_architecture_is_named(llama_path, tmp_path):
 def test_triton_backend_in_the_engine_matches_torch_backend(llama_path):
     """The unified Triton kernels (interpreter on CPU) wired into the engine: same tokens as the PyTorch path,
     through prefill chunks with a cached prefix, decodes and a preemption-free mixed batch."""
-    pytest.importorskip("tiers.attention.triton_paged_attention")
     prompts = make_prompts(512)[:4]
     torch_engine = Engine.from_pretrained(llama_path, max_model_len=128, max_num_batched_tokens=24)
     triton_engine = Engine.from_pretrained(llama_path, max_model_len=128, max_num_batched_tokens=24,

@@ -26,7 +26,10 @@ class DecodeGroup:
     start: int
     end: int
     block_tables: torch.Tensor  # [end - start, max_blocks_of_group] int64
-    mask: torch.Tensor  # [end - start, 1, 1, max_blocks_of_group * block_size] additive float
+    mask: torch.Tensor | None  # [end - start, 1, 1, max_blocks_of_group * block_size] additive float
+    # A lone sequence whose blocks are consecutive in the pool: (first block, context length). Its KV is then a
+    # view of the cache: no gather, no mask.
+    contiguous: tuple[int, int] | None = None
 
 
 @dataclass

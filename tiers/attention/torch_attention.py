@@ -30,8 +30,14 @@ def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     for dg in meta.decode_groups:
         # The query heads of one KV head become the query-length axis, so GQA needs no KV repeat.
         n = dg.end - dg.start
-        keys = gather_blocks(k_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)  # [n, Hkv, L, D]
-        values = gather_blocks(v_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)
+        if dg.contiguous is not None:
+            first, seq_len = dg.contiguous
+            num_blocks = -(-seq_len // k_cache.shape[1])
+            keys = k_cache[first:first + num_blocks].flatten(0, 1)[:seq_len].transpose(0, 1).unsqueeze(0)
+            values = v_cache[first:first + num_blocks].flatten(0, 1)[:seq_len].transpose(0, 1).unsqueeze(0)
+        else:
+            keys = gather_blocks(k_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)  # [n, Hkv, L, D]
+            values = gather_blocks(v_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)
         q = query[dg.start:dg.end].view(n, num_kv_heads, group, head_dim)
         o = F.scaled_dot_product_attention(q, keys, values, attn_mask=dg.mask, scale=scale)
         out[dg.start:dg.end] = o.reshape(n, num_heads, head_dim)

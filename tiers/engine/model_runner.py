@@ -154,6 +154,11 @@ class ModelRunner:
         for start in range(0, num_decodes, DECODE_GROUP_SIZE):
             end = min(start + DECODE_GROUP_SIZE, num_decodes)
             max_blocks = len(batch[end - 1].seq.blocks)  # sorted by length: the last is the longest
+            ids = batch[start].seq.block_ids
+            if end - start == 1 and ids[-1] - ids[0] == len(ids) - 1 and ids == list(range(ids[0], ids[-1] + 1)):
+                meta.decode_groups.append(DecodeGroup(start, end, block_tables[start:end], None,
+                                                      contiguous=(ids[0], seq_lens[start])))
+                continue
             lens = torch.tensor(seq_lens[start:end], device=dev)
             visible = torch.arange(max_blocks * bs, device=dev) < lens[:, None]
             meta.decode_groups.append(DecodeGroup(
