@@ -265,3 +265,20 @@ def test_closing_a_stream_aborts_the_request(llama_path):
     assert asyncio.run(main()) == 3
     assert_no_leak(engine)
     engine.close()
+
+
+def test_a_broken_scheduler_fails_streams_instead_of_hanging(llama_path, monkeypatch):
+    engine = Engine.from_pretrained(llama_path, max_model_len=256)
+
+    def broken():
+        raise RuntimeError("simulated scheduler bug")
+
+    monkeypatch.setattr(engine.scheduler, "schedule", broken)
+
+    async def main():
+        async for _ in engine.stream(PROMPT, SamplingParams(max_tokens=5)):
+            pass
+
+    with pytest.raises(RuntimeError, match="simulated scheduler bug"):
+        asyncio.run(asyncio.wait_for(main(), timeout=30))
+    engine.close()

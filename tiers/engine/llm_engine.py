@@ -306,7 +306,18 @@ class Engine:
                     self._work.wait()
                 if self._closed:
                     return
-            self.step()
+            try:
+                self.step()
+            except Exception as exc:  # a bug outside the model step: fail everyone rather than hang the streams
+                logger.exception("engine loop failed")
+                self._fail_all(f"{type(exc).__name__}: {exc}")
+
+    def _fail_all(self, error: str) -> None:
+        with self._lock:
+            self._admit_pending([])
+            for seq in list(self._seqs.values()):
+                if not seq.is_finished:
+                    self._finish(seq, "error", [], error=error)
 
     def close(self) -> None:
         """Stops the background loop; unfinished requests are aborted."""
