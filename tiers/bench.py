@@ -1,10 +1,21 @@
-"""Throughput benchmark: this engine vs transformers, same checkpoint, same requests, one run.
+"""Throughput benchmark: our engine vs transformers, same checkpoint, same requests, one run.
 
-    python -m tiers.bench [--num-requests 128] [--quick] [--only engine,hf-static,hf-batch,batch1]
+    python -m tiers.bench [--num-requests 128] [--seed 0] [--quick] [--only SYSTEMS]
 
-Systems: our Engine; transformers `generate` in static batches of 16 (left padded, each batch runs to its longest
-output, only each request's own output counts); transformers' continuous batching (`generate_batch`'s manager,
-per-request max_new_tokens); and batch-1 decode with its memory-bandwidth utilisation.
+SYSTEMS (comma separated; default all): engine, hf-static, hf-batch, engine-batch1, hf-batch1 (batch1 = both).
+
+- engine: `tiers.Engine.generate` over every request at once (continuous batching, paged KV cache).
+- hf-static: transformers `generate` in static batches of 16, left padded, greedy; each batch runs to its longest
+  output, but only each request's own output length counts as useful output.
+- hf-batch: transformers' own continuous batching (the manager behind `generate_batch`, fed each request with its
+  own max_new_tokens, since `generate_batch` takes one max_new_tokens for all), with the engine's KV budget.
+- engine-batch1 / hf-batch1: one 128-token prompt, 256 new tokens: decode tokens/s, and the memory-bandwidth
+  utilisation (bytes a decode step must read / step time, against a copy bandwidth measured in the same run).
+
+The workload: random token ids in [10, vocab), prompt lengths uniform in 32-512, output lengths uniform in
+16-256, ignore_eos (every request generates exactly its output length). Every system is warmed up once before
+it is timed; start-up (loading, KV allocation) is not timed. The checkpoint: a random ~30M-parameter Llama in
+float32, built offline into .bench/llama-30m on first use.
 """
 from __future__ import annotations
 
@@ -15,14 +26,24 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import torch  # noqa: E402
+
 DEFAULT_CHECKPOINT = Path(".bench/llama-30m")
+CHECKPOINT_SIZES = dict(vocab_size=8192, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
+                        intermediate_size=1408, max_position_embeddings=2048)
+SYSTEMS = ("engine", "hf-static", "hf-batch", "engine-batch1", "hf-batch1")
+ALIASES = {"batch1": ("engine-batch1", "hf-batch1"), "all": SYSTEMS}
 STATIC_BATCH = 16
+ENGINE_ARGS = dict(device="cpu", dtype=None, block_size=16, kv_cache_bytes=None, max_num_seqs=256,
+                   max_model_len=None)
+ENGINE_BATCHED_TOKENS = 2048  # the engine's default max_num_batched_tokens: hf-batch gets the same token budget
+CHECK_TOKENS = 32  # the engine's greedy tokens are compared with transformers' over this many tokens
+ENGINE_NAME = "aio engine"
 
 
 @dataclass
@@ -37,14 +58,53 @@ class Result:
         return self.output_tokens / self.seconds
 
 
-def ensure_checkpoint(path: Path) -> Path:
+@dataclass
+class Checkpoint:
+    path: Path
+    config: dict[str, Any]
+    num_params: int
+    param_bytes: int
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config["vocab_size"]
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        c = self.config
+        head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+        kv_heads = c.get("num_key_value_heads") or c["num_attention_heads"]
+        return 2 * c["num_hidden_layers"] * kv_heads * head_dim * 4  # K and V, float32
+
+    @property
+    def bytes_read_per_decode_step_without_kv(self) -> int:
+        """All weights once, except that a step reads one row of an untied embedding table (a tied one is read
+        whole by the LM head)."""
+        c = self.config
+        if c.get("tie_word_embeddings"):
+            return self.param_bytes
+        return self.param_bytes - (c["vocab_size"] - 1) * c["hidden_size"] * 4
+
+
+def ensure_checkpoint(path: Path) -> Checkpoint:
+    from safetensors import safe_open
+
     if not (path / "config.json").is_file():
         from tiers.checkpoints import create_random_checkpoint
 
         print(f"creating a random ~30M-parameter Llama in {path} ...")
-        create_random_checkpoint(path, "llama", vocab_size=8192, hidden_size=512, num_layers=8, num_heads=8,
-                                 num_kv_heads=4, intermediate_size=1408, max_position_embeddings=2048)
-    return path
+        create_random_checkpoint(path, "llama", **CHECKPOINT_SIZES)
+    num_params = num_bytes = 0
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as f:
+            for name in f.keys():
+                tensor = f.get_slice(name)
+                numel = 1
+                for dim in tensor.get_shape():
+                    numel *= dim
+                num_params += numel
+                num_bytes += numel * {"F32": 4, "F16": 2, "BF16": 2}.get(tensor.get_dtype(), 4)
+    return Checkpoint(path, json.loads((path / "config.json").read_text()), num_params, num_bytes)
 
 
 def make_workload(num: int, seed: int, vocab: int, prompt_range: tuple[int, int],
@@ -54,13 +114,25 @@ def make_workload(num: int, seed: int, vocab: int, prompt_range: tuple[int, int]
             for _ in range(num)]
 
 
+def load_engine(path: Path):
+    from tiers import Engine
+
+    return Engine.from_pretrained(path, **ENGINE_ARGS)
+
+
 def load_hf(path: Path):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    model.generation_config.eos_token_id = None
+    import transformers
+
+    dtype_arg = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"  # 5.x renamed it
+    model = AutoModelForCausalLM.from_pretrained(path, **{dtype_arg: torch.float32}).eval()
+    model.generation_config.eos_token_id = None  # ignore_eos
     model.generation_config.pad_token_id = 0
     return model
+
+
+# ------------------------------------------------------------------------------------------------ the systems
 
 
 def run_engine(engine, workload) -> tuple[float, list[list[int]]]:
@@ -70,97 +142,166 @@ def run_engine(engine, workload) -> tuple[float, list[list[int]]]:
     start = time.perf_counter()
     outs = engine.generate([p for p, _ in workload], params)
     seconds = time.perf_counter() - start
-    assert [len(o.token_ids) for o in outs] == [n for _, n in workload]
-    return seconds, [o.token_ids for o in outs]
+    got = [len(o.token_ids) for o in outs]
+    if got != [n for _, n in workload]:
+        raise RuntimeError(f"the engine generated {sum(got)} tokens, not the {sum(n for _, n in workload)} asked")
+    return seconds, [list(o.token_ids) for o in outs]
 
 
 @torch.inference_mode()
-def run_hf_static(model, workload) -> float:
+def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
+    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+@torch.inference_mode()
+def run_hf_static(model, workload) -> tuple[float, int]:
+    """Returns the seconds and the number of tokens generated in all (padding rows included)."""
+    generated = 0
     start = time.perf_counter()
     for i in range(0, len(workload), STATIC_BATCH):
         batch = workload[i:i + STATIC_BATCH]
         width = max(len(p) for p, _ in batch)
+        longest = max(n for _, n in batch)
         ids = torch.tensor([[0] * (width - len(p)) + p for p, _ in batch])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in batch])
-        model.generate(ids, attention_mask=mask, max_new_tokens=max(n for _, n in batch), do_sample=False,
-                       eos_token_id=None, pad_token_id=0)
-    return time.perf_counter() - start
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest,
+                             do_sample=False, eos_token_id=None, pad_token_id=0)
+        generated += out[:, width:].numel()
+    return time.perf_counter() - start, generated
 
 
-def run_hf_continuous(model, workload) -> float:
-    """transformers' own continuous batching, fed every request with its own max_new_tokens."""
+def hf_batch_configs(checkpoint: Checkpoint, workload):
+    """transformers' continuous batching settings: its defaults, except the KV cache (the engine's CPU budget,
+    min(1 GiB, RAM / 8): without psutil transformers sizes it from the whole RAM) and the batch token budget (the
+    engine's 2048)."""
     from transformers import GenerationConfig
+    from transformers.generation import ContinuousBatchingConfig
 
-    config = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=0, max_new_tokens=max(n for _, n in workload))
-    with model.continuous_batching_context_manager(generation_config=config, block=True, timeout=5) as manager:
-        start = time.perf_counter()  # its start-up (cache sizing and allocation) is not counted
-        ids = [manager.add_request(p, max_new_tokens=n) for p, n in workload]
-        pending = set(ids)
-        while pending:
+    page_size = ContinuousBatchingConfig().page_size
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    kv_budget = min(1 << 30, ram // 8)
+    num_blocks = max(1, kv_budget // (page_size * checkpoint.kv_bytes_per_token))
+    cb_config = ContinuousBatchingConfig(num_blocks=num_blocks, max_batch_tokens=ENGINE_BATCHED_TOKENS)
+    gen_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,  # -1: no eos (ignore_eos)
+                                  max_new_tokens=max(n for _, n in workload))
+    return gen_config, cb_config
+
+
+def run_hf_continuous(model, checkpoint: Checkpoint, workload) -> tuple[float, list[list[int]]]:
+    """What `generate_batch` does (same manager, same workload hints), but with per-request max_new_tokens."""
+    import inspect
+
+    gen_config, cb_config = hf_batch_configs(checkpoint, workload)
+    kwargs: dict[str, Any] = dict(generation_config=gen_config, block=True, timeout=5,
+                                  continuous_batching_config=cb_config)
+    if "workload_hints" in inspect.signature(model.continuous_batching_context_manager).parameters:
+        from transformers.generation.continuous_batching.utils import WorkloadHints
+
+        kwargs["workload_hints"] = WorkloadHints(max_prompt_length=max(len(p) for p, _ in workload),
+                                                 max_generated_length=max(n for _, n in workload),
+                                                 num_requests=len(workload))
+    # Not under inference_mode: the manager's thread updates tensors made here in place.
+    with model.continuous_batching_context_manager(**kwargs) as manager:
+        start = time.perf_counter()  # its start-up (cache allocation, warm-up) is not counted
+        ids = [manager.add_request(p, max_new_tokens=n, eos_token_id=-1) for p, n in workload]
+        if None in ids:
+            raise RuntimeError("transformers' continuous batching manager refused requests")
+        tokens: dict[str, list[int]] = {}
+        while len(tokens) < len(ids):
             result = manager.get_result(timeout=1)
             if result is None:
                 if not manager.is_running():
-                    raise RuntimeError("transformers' continuous batching thread stopped")
+                    raise RuntimeError("transformers' continuous batching thread stopped: "
+                                       f"{getattr(manager.background_thread_status, 'fatal_error', None)}")
                 continue
             if result.is_finished():
-                pending.discard(result.request_id)
-                if len(result.generated_tokens) != dict(zip(ids, (n for _, n in workload)))[result.request_id]:
-                    raise RuntimeError("generate_batch produced a different number of tokens than asked")
-        return time.perf_counter() - start
+                if getattr(result, "error", None):
+                    raise RuntimeError(f"request {result.request_id} failed: {result.error}")
+                tokens[result.request_id] = list(result.generated_tokens)
+        seconds = time.perf_counter() - start
+    outputs = [tokens[i] for i in ids]
+    got = [len(t) for t in outputs]
+    if got != [n for _, n in workload]:
+        raise RuntimeError(f"generate_batch generated {sum(got)} tokens, not the {sum(n for _, n in workload)} asked")
+    return seconds, outputs
 
 
-def copy_bandwidth(num_bytes: int = 256 << 20, repeats: int = 5) -> float:
+# ------------------------------------------------------------------------------------------------ batch-1 decode
+
+
+def copy_bandwidth(num_bytes: int = 256 << 20, repeats: int = 7) -> float:
+    """Bytes per second of a large tensor copy, counting read + write, best of `repeats`."""
     src = torch.ones(num_bytes // 4)
-    dst = torch.empty_like(src)
+    dst = torch.zeros_like(src)
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         dst.copy_(src)
         best = min(best, time.perf_counter() - start)
-    return 2 * num_bytes / best  # read + write
+    return 2 * num_bytes / best
 
 
-def batch1(engine, model, vocab: int, prompt_len: int, new_tokens: int) -> dict:
-    from tiers import SamplingParams
-
-    prompt = make_workload(1, 7, vocab, (prompt_len, prompt_len), (1, 1))[0][0]
-    params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
-    # Decode rate = (new_tokens - 1) / (time(new_tokens) - time(1)): the prefill cancels out.
+def batch1(systems: dict[str, Callable[[int], Any]], prompt_len: int, new_tokens: int) -> dict[str, float]:
+    """Decode tokens/s of each system: (new_tokens - 1) / (time(new_tokens) - time(1)), so the prefill cancels
+    out. Interleaved, best of three (the cores are shared with everything else on the machine)."""
     def timed(fn, n):
         start = time.perf_counter()
         fn(n)
         return time.perf_counter() - start
 
-    def ours(n):
-        engine.generate([prompt], SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
-
-    def theirs(n):
-        with torch.inference_mode():
-            model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                           eos_token_id=None, pad_token_id=0)
-
-    ours(8), theirs(8)
-    systems = (("engine", ours), ("transformers", theirs))
-    best = {(name, n): float("inf") for name, _ in systems for n in (1, new_tokens)}
-    for _ in range(3):  # interleaved, best of three: the two cores also serve everything else on the machine
-        for name, fn in systems:
+    for fn in systems.values():
+        fn(8)  # warm-up
+    best = {(name, n): float("inf") for name in systems for n in (1, new_tokens)}
+    for _ in range(3):
+        for name, fn in systems.items():
             for n in (1, new_tokens):
                 best[name, n] = min(best[name, n], timed(fn, n))
-    rates = {name: (new_tokens - 1) / (best[name, new_tokens] - best[name, 1]) for name, _ in systems}
-    c = engine.model_config
-    param_bytes = sum(p.numel() * p.element_size() for p in engine.runner.model.parameters())
-    param_bytes -= c.vocab_size * c.hidden_size * 4 if not c.tie_word_embeddings else 0  # one embedding row read
-    kv_per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
-    mean_context = prompt_len + new_tokens / 2
-    bytes_per_step = param_bytes + kv_per_token * mean_context
-    bandwidth = copy_bandwidth()
-    return {
-        "engine_decode_tok_s": rates["engine"], "transformers_decode_tok_s": rates["transformers"],
-        "ratio": rates["engine"] / rates["transformers"], "bytes_per_step": bytes_per_step,
-        "copy_bandwidth_gb_s": bandwidth / 1e9,
-        "engine_bandwidth_utilization": bytes_per_step * rates["engine"] / bandwidth,
-        "transformers_bandwidth_utilization": bytes_per_step * rates["transformers"] / bandwidth,
-    }
+    return {name: (new_tokens - 1) / (best[name, new_tokens] - best[name, 1]) for name in systems}
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+
+def busy_cpu_fraction(seconds: float = 0.5) -> float | None:
+    """The fraction of all cores busy over `seconds` while this process sleeps (Linux /proc/stat; else None)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        return sum(values), values[3] + values[4]  # total, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def parse_systems(only: str) -> list[str]:
+    chosen: list[str] = []
+    for name in filter(None, (s.strip() for s in only.split(","))):
+        names = ALIASES.get(name, (name,))
+        for n in names:
+            if n not in SYSTEMS:
+                raise SystemExit(f"unknown system {name!r}; choose from {', '.join(SYSTEMS + tuple(ALIASES))}")
+            if n not in chosen:
+                chosen.append(n)
+    return chosen
+
+
+def compare(label: str, workload, tokens: list[list[int]], reference: dict[int, list[int]]) -> None:
+    for i, ref in reference.items():
+        got = tokens[i][:len(ref)]
+        if got != ref:
+            at = next(k for k, (a, b) in enumerate(zip(got, ref)) if a != b)
+            print(f"WARNING: {label}: request {i} differs from transformers' greedy tokens at output token {at}")
+            return
+    if reference:
+        print(f"{label}: greedy tokens of requests {sorted(reference)} equal transformers' "
+              f"(first {CHECK_TOKENS} tokens each)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -168,66 +309,107 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--num-requests", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="16 short requests: a smoke run")
-    parser.add_argument("--only", default="engine,hf-static,hf-batch,batch1")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 16 requests, prompts 32-128, outputs 8-32, batch-1 with 64 new tokens")
+    parser.add_argument("--only", default="all", help=f"comma separated: {', '.join(SYSTEMS)}, batch1, all")
     args = parser.parse_args(argv)
-    systems = set(args.only.split(","))
-    from tiers import Engine
+    systems = parse_systems(args.only)
 
-    path = ensure_checkpoint(args.checkpoint)
-    engine = Engine.from_pretrained(path)
-    vocab = engine.model_config.vocab_size
-    n_params = sum(p.numel() for p in engine.runner.model.parameters())
+    busy = busy_cpu_fraction()
+    if busy is not None and busy > 0.25:
+        print(f"WARNING: other processes keep {busy:.0%} of the {os.cpu_count()} cores busy: the timings will be "
+              "unreliable (contended BLAS threads can run many times slower)")
+    checkpoint = ensure_checkpoint(args.checkpoint)
+    vocab = checkpoint.vocab_size
     if args.quick:
         workload = make_workload(16, args.seed, vocab, (32, 128), (8, 32))
+        b1_prompt, b1_new = 128, 64
     else:
         workload = make_workload(args.num_requests, args.seed, vocab, (32, 512), (16, 256))
+        b1_prompt, b1_new = 128, 256
     useful = sum(n for _, n in workload)
-    print(f"checkpoint {path}: {n_params / 1e6:.1f}M parameters, float32, {torch.get_num_threads()} threads")
-    print(f"workload: {len(workload)} requests, {sum(len(p) for p, _ in workload)} prompt tokens, "
-          f"{useful} output tokens (ignore_eos)")
-    warm = make_workload(4, 99, vocab, (16, 32), (4, 8))
-    model = load_hf(path) if systems & {"hf-static", "hf-batch", "batch1"} else None
+    print(f"checkpoint {checkpoint.path}: {checkpoint.num_params:,} parameters ({checkpoint.num_params / 1e6:.1f}M), "
+          f"float32, CPU, {torch.get_num_threads()} threads, torch {torch.__version__}")
+    print(f"workload: {len(workload)} requests (seed {args.seed}), {sum(len(p) for p, _ in workload):,} prompt tokens, "
+          f"{useful:,} output tokens (ignore_eos; prompt lengths {min(len(p) for p, _ in workload)}-"
+          f"{max(len(p) for p, _ in workload)}, outputs {min(n for _, n in workload)}-{max(n for _, n in workload)})")
+    warm = make_workload(4, args.seed + 99, vocab, (16, 48), (4, 8))
+
+    engine = None
+    if {"engine", "engine-batch1"} & set(systems):
+        try:
+            engine = load_engine(checkpoint.path)
+        except Exception as exc:  # the engine may not exist yet: report, keep going
+            print(f"our engine could not be loaded: {type(exc).__name__}: {exc}")
+    model = load_hf(checkpoint.path)
+    reference = {i: hf_greedy(model, workload[i][0], min(CHECK_TOKENS, workload[i][1]))
+                 for i in range(min(2, len(workload)))} if {"engine", "hf-batch"} & set(systems) else {}
+
     results: list[Result] = []
-    if "engine" in systems:
+    summary: dict[str, Any] = {"params_m": round(checkpoint.num_params / 1e6, 1), "requests": len(workload),
+                               "output_tokens": useful, "threads": torch.get_num_threads(), "quick": args.quick}
+    if "engine" in systems and engine is not None:
         run_engine(engine, warm)
         seconds, tokens = run_engine(engine, workload)
-        results.append(Result("aio engine", useful, seconds, f"{engine.stats().num_preemptions} preemptions"))
-        with torch.inference_mode():
-            for i in range(min(2, len(workload))):
-                p, n = workload[i]
-                ref = model.generate(torch.tensor([p]), max_new_tokens=n, do_sample=False, eos_token_id=None,
-                                     pad_token_id=0)[0, len(p):].tolist() if model is not None else tokens[i]
-                if ref != tokens[i]:
-                    print(f"WARNING: request {i}: engine tokens differ from transformers greedy")
+        stats = engine.stats() if hasattr(engine, "stats") else None
+        note = f"{stats.num_preemptions} preemptions" if hasattr(stats, "num_preemptions") else ""
+        results.append(Result(ENGINE_NAME, useful, seconds, note))
+        compare(ENGINE_NAME, workload, tokens, reference)
     if "hf-static" in systems:
         run_hf_static(model, warm)
-        results.append(Result("transformers generate, static batches of 16", useful, run_hf_static(model, workload),
-                              "left padded; runs to the batch's longest output"))
+        seconds, generated = run_hf_static(model, workload)
+        results.append(Result(f"transformers generate, static batches of {STATIC_BATCH}", useful, seconds,
+                              f"counts only each request's own output; {generated:,} tokens generated in all"))
     if "hf-batch" in systems:
         try:
-            run_hf_continuous(model, warm)
-            results.append(Result("transformers generate_batch (continuous)", useful,
-                                  run_hf_continuous(model, workload)))
-        except Exception as exc:  # report, keep going
-            print(f"transformers generate_batch could not run here: {type(exc).__name__}: {exc}")
-    summary: dict = {"params_m": round(n_params / 1e6, 1), "requests": len(workload), "output_tokens": useful}
-    base = next((r for r in results if r.system == "aio engine"), None)
-    print(f"\n{'system':<46} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'engine/this':>11}")
-    for r in results:
-        ratio = base.tokens_per_s / r.tokens_per_s if base else None
-        shown = f"{ratio:>10.2f}x" if ratio is not None else f"{'-':>11}"
-        print(f"{r.system:<46} {r.output_tokens:>7} {r.seconds:>8.1f} {r.tokens_per_s:>8.1f} {shown}"
-              + (f"  ({r.note})" if r.note else ""))
-        summary[r.system] = {"tok_s": round(r.tokens_per_s, 1), "engine_ratio": ratio and round(ratio, 2)}
-    if "batch1" in systems:
-        b1 = batch1(engine, model, vocab, 128, 64 if args.quick else 256)
-        print(f"\nbatch-1 decode (prompt 128): engine {b1['engine_decode_tok_s']:.1f} tok/s, transformers "
-              f"{b1['transformers_decode_tok_s']:.1f} tok/s, ratio {b1['ratio']:.2f}x")
-        print(f"  {b1['bytes_per_step'] / 1e6:.0f} MB read per step; copy bandwidth {b1['copy_bandwidth_gb_s']:.1f} "
-              f"GB/s; bandwidth utilisation: engine {b1['engine_bandwidth_utilization']:.0%}, transformers "
-              f"{b1['transformers_bandwidth_utilization']:.0%}")
-        summary["batch1"] = {k: round(v, 3) for k, v in b1.items()}
+            run_hf_continuous(model, checkpoint, warm)
+            seconds, tokens = run_hf_continuous(model, checkpoint, workload)
+            results.append(Result("transformers generate_batch (continuous)", useful, seconds,
+                                  f"KV budget and {ENGINE_BATCHED_TOKENS}-token batches as the engine's"))
+            compare("transformers generate_batch", workload, tokens, reference)
+        except Exception as exc:  # report why, keep going
+            reason = f"{type(exc).__name__}: {exc}"
+            print(f"transformers generate_batch could not run here: {reason}")
+            summary["hf_batch_error"] = reason
+
+    base = next((r for r in results if r.system == ENGINE_NAME), None)
+    if results:
+        print(f"\n{'system':<44} {'out tokens':>10} {'seconds':>8} {'tok/s':>8} {'engine/this':>11}")
+        for r in results:
+            ratio = base.tokens_per_s / r.tokens_per_s if base else None
+            shown = f"{ratio:>10.2f}x" if ratio is not None else f"{'-':>11}"
+            print(f"{r.system:<44} {r.output_tokens:>10,} {r.seconds:>8.2f} {r.tokens_per_s:>8.1f} {shown}"
+                  + (f"  ({r.note})" if r.note else ""))
+            summary[r.system] = {"seconds": round(r.seconds, 2), "tok_s": round(r.tokens_per_s, 1),
+                                 "engine_ratio": None if ratio is None else round(ratio, 2)}
+
+    decoders: dict[str, Callable[[int], Any]] = {}
+    prompt = make_workload(1, 7, vocab, (b1_prompt, b1_prompt), (1, 1))[0][0]
+    if "engine-batch1" in systems and engine is not None:
+        from tiers import SamplingParams
+
+        decoders[ENGINE_NAME] = lambda n: engine.generate(
+            [prompt], SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+    if "hf-batch1" in systems:
+        decoders["transformers generate"] = lambda n: hf_greedy(model, prompt, n)
+    if decoders:
+        rates = batch1(decoders, b1_prompt, b1_new)
+        bandwidth = copy_bandwidth()
+        mean_context = b1_prompt + b1_new / 2
+        step_bytes = checkpoint.bytes_read_per_decode_step_without_kv + checkpoint.kv_bytes_per_token * mean_context
+        print(f"\nbatch-1 decode: prompt {b1_prompt} tokens, {b1_new} new tokens; a step reads "
+              f"{step_bytes / 1e6:.1f} MB (weights once, one embedding row, KV at the mean context of "
+              f"{mean_context:.0f}); copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write, 256 MB, best of 7)")
+        print(f"{'system':<44} {'tok/s':>8} {'ms/step':>8} {'GB/s':>7} {'of copy':>8} {'engine/this':>11}")
+        summary["batch1"] = {"prompt": b1_prompt, "new_tokens": b1_new, "bytes_per_step": int(step_bytes),
+                             "copy_gb_s": round(bandwidth / 1e9, 2)}
+        for name, rate in rates.items():
+            ratio = rates[ENGINE_NAME] / rate if ENGINE_NAME in rates else None
+            shown = f"{ratio:>10.2f}x" if ratio is not None else f"{'-':>11}"
+            print(f"{name:<44} {rate:>8.1f} {1e3 / rate:>8.2f} {step_bytes * rate / 1e9:>7.2f} "
+                  f"{step_bytes * rate / bandwidth:>8.1%} {shown}")
+            summary["batch1"][name] = {"tok_s": round(rate, 1), "bandwidth_utilisation": round(
+                step_bytes * rate / bandwidth, 3), "engine_ratio": None if ratio is None else round(ratio, 2)}
     print("\nJSON " + json.dumps(summary))
     return summary
 
