@@ -22,7 +22,7 @@ endif
 	touch $(STAMP)
 
 run: setup
-	$(VENV)/bin/aio demo
+	$(VENV)/bin/aio serve
 
 test: setup
 	$(PY) -m pytest -q

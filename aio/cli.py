@@ -20,6 +20,45 @@ def main() -> None:
 
 
 @app.command()
+def serve(host: str = typer.Option("127.0.0.1", help="address to bind; non-loopback needs API keys"),
+          port: int = typer.Option(8000, min=1, max=65535),
+          config: Path | None = typer.Option(None, "--config", "-c", help="a TOML settings file (see README)"),
+          log_level: str = typer.Option("info")) -> None:
+    """Start the OpenAI-compatible server (the embedded demo tiers and SQLite when nothing is configured)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import logging
+    import secrets
+
+    import uvicorn
+
+    from aio.db.database import DatabaseError
+    from aio.server.app import StartupError, create_app, preflight
+    from aio.settings import ConfigError, load_settings
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings(config)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    try:
+        preflight(settings, host)
+    except (StartupError, DatabaseError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    admin_key = settings.admin_key
+    if admin_key is None:
+        admin_key = "aio-admin-" + secrets.token_urlsafe(24)
+        typer.echo(f"AIO_ADMIN_KEY is not set; the admin key for this run (shown once): {admin_key}")
+    if settings.uses_demo_tiers:
+        typer.echo(f"no tiers configured: serving DEMO tiers with random weights (gibberish answers) from "
+                   f"{settings.home / 'demo'}; the log is {settings.resolved_database_url}")
+    typer.echo(f"OpenAI-compatible endpoint: http://{host}:{port}/v1  (model 'auto' routes)")
+    uvicorn.run(create_app(settings, bind_host=host, admin_key=admin_key), host=host, port=port,
+                log_level=log_level.lower(), timeout_graceful_shutdown=30)
+
+
+@app.command()
 def demo(prompt: str = typer.Option("Explain why the sky is blue.", help="the user message"),
          max_tokens: int = typer.Option(32, min=1), temperature: float = typer.Option(0.0, min=0.0)) -> None:
     """Build the small demo checkpoint (random weights, offline) and run one chat generation on the engine."""
@@ -42,6 +81,16 @@ def demo(prompt: str = typer.Option("Explain why the sky is blue.", help="the us
     typer.echo(f"answer ({len(out.token_ids)} tokens, finish_reason={out.finish_reason}): {out.text!r}")
     typer.echo(f"{len(out.token_ids) / seconds:.1f} tokens/s; engine stats: {engine.stats()}")
 
+
+def _register_subcommands() -> None:
+    from aio.commands.db import db_app
+    from aio.commands.keys import keys_app
+
+    app.add_typer(db_app, name="db", help="database migrations")
+    app.add_typer(keys_app, name="keys", help="API keys")
+
+
+_register_subcommands()
 
 if __name__ == "__main__":
     app()

@@ -45,3 +45,53 @@ def checkpoint_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def llama_path(checkpoint_dir):
     return checkpoint_dir("llama")
+
+
+# --- SQL: a throwaway PostgreSQL cluster (one per session) and a fresh database per test -----------------------
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server of our own (see tests/postgres.py). Skipped where PostgreSQL is not installed,
+    unless AIO_REQUIRE_POSTGRES=1 (CI), where its absence fails the tests."""
+    import atexit
+
+    from tests.postgres import PostgresServer, find_bin_dir
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        message = "PostgreSQL is not installed (no initdb/pg_ctl under /usr/lib/postgresql/*/bin or on PATH)"
+        if os.environ.get("AIO_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message + ", and AIO_REQUIRE_POSTGRES=1", pytrace=False)
+        pytest.skip(message)
+    server = PostgresServer(bin_dir)
+    atexit.register(server.close)  # should the session die before its teardown
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_database_factory(postgres_server):
+    """`create(name="test") -> url`: a new empty database (named `name` plus a unique suffix) on the server."""
+    import re
+    import uuid
+
+    def create(name: str = "test") -> str:
+        safe = re.sub(r"[^a-z0-9_]", "_", name.lower())[:40]  # PostgreSQL cuts names at 63 bytes
+        return postgres_server.create_database(f"{safe}_{uuid.uuid4().hex[:8]}")
+
+    return create
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_database_factory):
+    """One database shared by the session's tests."""
+    return postgres_database_factory("shared")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path):
+    """A fresh, empty database on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'aio.db'}"
+    return request.getfixturevalue("postgres_database_factory")(request.node.originalname)

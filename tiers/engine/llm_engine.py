@@ -330,6 +330,11 @@ class Engine:
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=10)
 
+    @property
+    def is_healthy(self) -> bool:
+        """False once closed."""
+        return not self._closed
+
     def stats(self) -> EngineStats:
         bm = self.block_manager
         used = bm.num_blocks - bm.num_free_blocks

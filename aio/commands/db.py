@@ -1,0 +1,45 @@
+"""`aio db`: schema migrations."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from aio.commands import ConfigOption, database, fail
+
+db_app = typer.Typer(help="The SQL database: migrations.", no_args_is_help=True)
+
+
+@db_app.command()
+def upgrade(config: Path | None = ConfigOption,
+            revision: str = typer.Option("head", help="the revision to migrate to")) -> None:
+    """Migrate the database schema (run once per deployment, before starting servers on a new version)."""
+    from aio.db import migrate
+    from aio.db.database import safe_url
+
+    with database(config, ensure_schema=False) as engine:
+        before = migrate.current_revision(engine)
+        after = migrate.upgrade(engine, revision)
+        where = safe_url(engine.url)
+    if before == after:
+        typer.echo(f"{where}: already at revision {after}")
+    else:
+        typer.echo(f"{where}: upgraded from {before or '(empty)'} to {after}")
+
+
+@db_app.command()
+def current(config: Path | None = ConfigOption,
+            check: bool = typer.Option(False, "--check", help="exit with status 1 unless at the newest revision"),
+            ) -> None:
+    """Show the database's schema revision and whether it is the newest."""
+    from aio.db import migrate
+
+    with database(config, ensure_schema=False) as engine:
+        revision = migrate.current_revision(engine)
+    head = migrate.head_revision()
+    if revision == head:
+        typer.echo(f"{revision} (head)")
+        return
+    typer.echo(f"{revision or '(empty)'} (the newest is {head}: run `aio db upgrade`)")
+    if check:
+        raise fail("the database schema is not up to date")

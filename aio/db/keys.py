@@ -1,0 +1,173 @@
+"""API keys: created by `aio keys create`, checked on every request.
+
+A key is "aio-" + 43 random URL-safe characters (256 bits). The table keeps its first 12 characters (`prefix`,
+to find the row) and its SHA-256; with that much entropy a plain hash is enough (no slow KDF needed), and the
+plaintext is never stored. Lookups are cached for a few seconds, so a revoked key stops working everywhere within
+`cache_ttl_s` (at once in the process that revoked it).
+"""
+from __future__ import annotations
+
+import builtins
+import hashlib
+import hmac
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from aio.db.database import DatabaseError, safe_url, session_factory
+from aio.db.models import ApiKey
+from aio.db.records import utcnow
+
+logger = logging.getLogger(__name__)
+
+KEY_START = "aio-"
+PREFIX_LENGTH = 12
+MAX_KEY_LENGTH = 256
+ROLES = ("user", "admin")
+_MAX_CACHED = 10_000
+
+
+@dataclass(frozen=True)
+class ApiKeyInfo:
+    id: int
+    name: str
+    prefix: str
+    role: str  # "user" | "admin"
+    created_at: datetime
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None  # updated at most once a minute
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _info(row: ApiKey) -> ApiKeyInfo:
+    return ApiKeyInfo(id=row.id, name=row.name, prefix=row.prefix, role=row.role, created_at=row.created_at,
+                      revoked_at=row.revoked_at, last_used_at=row.last_used_at)
+
+
+class KeyStore:
+    """API keys in the `api_keys` table. Thread-safe."""
+
+    def __init__(self, engine: Engine, *, cache_ttl_s: float = 5.0, touch_interval_s: float = 60.0) -> None:
+        self._engine = engine
+        self._sessions = session_factory(engine)
+        self._cache_ttl_s = cache_ttl_s
+        self._touch_interval_s = touch_interval_s
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, tuple[ApiKeyInfo, str] | None]] = {}  # prefix -> (expiry, row or None)
+        self._last_touch: dict[int, float] = {}
+
+    def create(self, name: str, role: str = "user") -> tuple[ApiKeyInfo, str]:
+        """A new key named `name`; returns its info and the plaintext key, which cannot be recovered later."""
+        name = name.strip()
+        if not name:
+            raise ValueError("a key needs a name")
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}: roles are {list(ROLES)}")
+        with self._sessions.begin() as session:
+            if session.scalar(sa.select(ApiKey.id).where(ApiKey.name == name, ApiKey.revoked_at.is_(None))):
+                raise ValueError(f"an active key named {name!r} exists: revoke it first, or pick another name")
+            while True:  # a prefix collision (48 random bits) is all but impossible, but cheap to rule out
+                key = KEY_START + secrets.token_urlsafe(32)
+                if session.scalar(sa.select(ApiKey.id).where(ApiKey.prefix == key[:PREFIX_LENGTH])) is None:
+                    break
+            row = ApiKey(name=name, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key), role=role, created_at=utcnow())
+            session.add(row)
+            session.flush()
+            info = _info(row)
+        self._forget([info.prefix])
+        return info, key
+
+    def verify(self, key: str) -> ApiKeyInfo | None:
+        """The key's info if `key` is a valid, unrevoked key; else None. Raises DatabaseError when the key is not
+        cached and the database cannot be reached."""
+        if not isinstance(key, str) or not key.startswith(KEY_START) or not PREFIX_LENGTH < len(key) <= MAX_KEY_LENGTH:
+            return None
+        found = self._lookup(key[:PREFIX_LENGTH])
+        if found is None:
+            return None
+        info, key_hash = found
+        if not hmac.compare_digest(key_hash, hash_key(key)) or not info.active:
+            return None
+        self._touch(info.id)
+        return info
+
+    def list(self, include_revoked: bool = True) -> builtins.list[ApiKeyInfo]:
+        query = sa.select(ApiKey).order_by(ApiKey.id)
+        if not include_revoked:
+            query = query.where(ApiKey.revoked_at.is_(None))
+        with self._sessions() as session:
+            return [_info(row) for row in session.scalars(query)]
+
+    def revoke(self, key: int | str) -> bool:
+        """Revoke the active key with this id (int) or name (str); False if there is none."""
+        match = ApiKey.id == key if isinstance(key, int) else ApiKey.name == key
+        with self._sessions.begin() as session:
+            rows = session.scalars(sa.select(ApiKey).where(match, ApiKey.revoked_at.is_(None))).all()
+            for row in rows:
+                row.revoked_at = utcnow()
+            prefixes = [row.prefix for row in rows]
+        self._forget(prefixes)
+        return bool(rows)
+
+    def count_active(self, role: str | None = "user") -> int:
+        """Unrevoked keys with `role` (None: any role)."""
+        query = sa.select(sa.func.count()).select_from(ApiKey).where(ApiKey.revoked_at.is_(None))
+        if role is not None:
+            query = query.where(ApiKey.role == role)
+        with self._engine.connect() as connection:
+            return connection.scalar(query) or 0
+
+    def _lookup(self, prefix: str) -> tuple[ApiKeyInfo, str] | None:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(prefix)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        try:
+            with self._sessions() as session:
+                row = session.scalar(sa.select(ApiKey).where(ApiKey.prefix == prefix))
+                found = (_info(row), row.key_hash) if row is not None else None
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            raise DatabaseError(f"cannot check the API key: the database {safe_url(self._engine.url)} "
+                                f"is unreachable ({exc.orig})") from exc
+        with self._lock:
+            if len(self._cache) >= _MAX_CACHED:  # e.g. a flood of made-up keys
+                self._cache.clear()
+            self._cache[prefix] = (now + self._cache_ttl_s, found)
+        return found
+
+    def _forget(self, prefixes: builtins.list[str]) -> None:
+        with self._lock:
+            for prefix in prefixes:
+                self._cache.pop(prefix, None)
+
+    def _touch(self, key_id: int) -> None:
+        """Record the key's use, at most once per `touch_interval_s` (per process); failures are not fatal."""
+        now = time.monotonic()
+        with self._lock:
+            last = self._last_touch.get(key_id)
+            if last is not None and now - last < self._touch_interval_s:
+                return
+            self._last_touch[key_id] = now
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(sa.update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=utcnow()))
+        except sa.exc.SQLAlchemyError as exc:
+            logger.warning("could not record the use of API key %d: %s", key_id, exc)

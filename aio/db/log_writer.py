@@ -1,0 +1,300 @@
+"""The SQL request log: the server hands records over without waiting; one background thread writes them in batches.
+
+Each batch is one transaction: the `requests` rows are inserted with ON CONFLICT (request_id) DO NOTHING RETURNING
+request_id, and `daily_aggregates` grows by the rows that the insert returned, and only by those. A batch retried
+after an ambiguous commit (the connection died while committing) therefore stores and counts every request once.
+
+While the database is unreachable the records stay queued (in memory, without bound) and the batch is retried with
+exponential backoff; nothing is dropped. The one exception is a record refused for its own content (a constraint or
+data error that it raises alone): isolated from its batch, it is logged with its request id and dropped, so that
+one bad record cannot stop the log.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+
+from aio.db.database import safe_url
+from aio.db.models import DailyAggregate, Request
+from aio.db.records import RequestRecord
+
+logger = logging.getLogger(__name__)
+
+NO_TIER = "none"  # the daily_aggregates tier of requests rejected before routing
+_RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
+_SUM_COLUMNS = ("num_requests", "num_errors", "prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd",
+                "sum_latency_ms", "num_latency", "sum_ttft_ms", "num_ttft")
+_INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+
+
+@dataclass(frozen=True)
+class LogWriterStats:
+    written: int  # rows inserted
+    duplicates: int  # records whose request_id was already stored
+    pending: int  # submitted, not yet committed
+    failures: int  # failed write attempts (each retried)
+    dropped: int  # records the database refused (see the module docstring)
+    in_outage: bool  # the last write attempt failed
+
+
+class LogWriter:
+    """Writes `RequestRecord`s to `requests` and `daily_aggregates` on a background thread.
+
+    `submit` never blocks and never touches the database; `flush` and `close` block, so call them off the event
+    loop (`await asyncio.to_thread(writer.flush, 5)`).
+    """
+
+    def __init__(self, engine: Engine, batch_size: int = 256, flush_interval_s: float = 0.5, *,
+                 retry_initial_s: float = 0.1, retry_max_s: float = 5.0) -> None:
+        if engine.dialect.name not in _INSERTS:
+            raise ValueError(f"the SQL log supports {sorted(_INSERTS)}, not {engine.dialect.name!r}")
+        if batch_size < 1 or flush_interval_s <= 0:
+            raise ValueError("batch_size must be >= 1 and flush_interval_s > 0")
+        self._engine = engine
+        self._batch_size = batch_size
+        self._flush_interval_s = flush_interval_s
+        self._retry_initial_s = retry_initial_s
+        self._retry_max_s = retry_max_s
+        self._insert_requests, self._upsert_aggregates = _statements(_INSERTS[engine.dialect.name])
+
+        self._cond = threading.Condition()
+        self._queue: deque[RequestRecord] = deque()
+        self._inflight = 0  # records the worker has taken and not yet finished
+        self._submitted = 0
+        self._finished = 0  # committed, found already stored, or dropped: flush() waits on this
+        self._written = self._duplicates = self._failures = self._dropped = 0
+        self._flush_waiters = 0
+        self._stopping = False
+        self._abandon = threading.Event()  # close() timed out: the worker stops retrying
+        self._outage_since: float | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- the caller's side ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="aio-log-writer", daemon=True)
+                self._thread.start()
+
+    def submit(self, record: RequestRecord) -> None:
+        """Queue `record` for writing. Thread-safe; returns at once. RuntimeError once `close()` was called."""
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError(f"the log writer is closed; request {record.request_id} cannot be logged")
+            self._queue.append(record)
+            self._submitted += 1
+            if len(self._queue) == 1 or len(self._queue) == self._batch_size:
+                self._cond.notify_all()  # start the flush-interval clock, or a full batch is ready
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every record submitted so far is written (or found already stored, or dropped as refused);
+        False if `timeout` ran out first."""
+        with self._cond:
+            target = self._submitted
+            self._flush_waiters += 1
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(lambda: self._finished >= target, timeout)
+            finally:
+                self._flush_waiters -= 1
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Write what is pending, then stop. Records still unwritten after `timeout` are reported and lost."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self.pending:
+            self.start()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                self._abandon.set()
+                thread.join(1.0)
+        lost = self.pending
+        if lost:
+            logger.error("the SQL log could not write %d request record(s) to %s within %g s; they are lost",
+                         lost, safe_url(self._engine.url), timeout)
+        return lost == 0
+
+    @property
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._queue) + self._inflight
+
+    def stats(self) -> LogWriterStats:
+        with self._cond:
+            return LogWriterStats(written=self._written, duplicates=self._duplicates,
+                                  pending=len(self._queue) + self._inflight, failures=self._failures,
+                                  dropped=self._dropped, in_outage=self._outage_since is not None)
+
+    # --- the worker -------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            if not self._write_until_done(batch):
+                return  # abandoned by close()
+
+    def _next_batch(self) -> list[RequestRecord] | None:
+        """Wait for a full batch, the flush interval, a flush() or close(); None when closed and drained."""
+        with self._cond:
+            deadline: float | None = None
+            while True:
+                if self._queue:
+                    if len(self._queue) >= self._batch_size or self._flush_waiters or self._stopping:
+                        break
+                    now = time.monotonic()
+                    deadline = deadline or now + self._flush_interval_s
+                    if now >= deadline:
+                        break
+                    self._cond.wait(deadline - now)
+                elif self._stopping:
+                    return None
+                else:
+                    self._cond.wait()
+            batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._batch_size))]
+            self._inflight = len(batch)
+            return batch
+
+    def _write_until_done(self, batch: list[RequestRecord]) -> bool:
+        """Write `batch`, retrying through outages; False if close() gave up on it."""
+        delay = self._retry_initial_s
+        while not self._abandon.is_set():
+            try:
+                inserted = self._write(batch)
+            except Exception as exc:  # noqa: BLE001 - classified below; the worker must not die
+                if _refused(exc):
+                    return self._isolate(batch, exc)
+                self._on_failure(exc)
+                if self._abandon.wait(delay):
+                    break
+                delay = min(delay * 2, self._retry_max_s)
+                continue
+            self._on_success(len(batch), inserted)
+            return True
+        return False
+
+    def _isolate(self, batch: list[RequestRecord], exc: Exception) -> bool:
+        """The database refused the batch: write its records one by one, dropping only those refused alone."""
+        if len(batch) > 1:
+            for record in batch:
+                if not self._write_until_done([record]):
+                    return False
+            return True
+        logger.error("the SQL log dropped request %s, which the database refuses: %s", batch[0].request_id, exc)
+        with self._cond:
+            self._dropped += 1
+            self._finish(1)
+        return True
+
+    def _on_failure(self, exc: Exception) -> None:
+        with self._cond:
+            self._failures += 1
+            first = self._outage_since is None
+            if first:
+                self._outage_since = time.monotonic()
+            waiting = len(self._queue) + self._inflight
+        if first:
+            logger.warning("the SQL log cannot write to %s (%s: %s); keeping %d record(s) and retrying",
+                           safe_url(self._engine.url), type(exc).__name__, _reason(exc), waiting)
+
+    def _on_success(self, num_records: int, inserted: int) -> None:
+        with self._cond:
+            self._written += inserted
+            self._duplicates += num_records - inserted
+            self._finish(num_records)
+            since, self._outage_since = self._outage_since, None
+            waiting = len(self._queue) + self._inflight
+        if since is not None:
+            logger.info("the SQL log is writing to %s again after %.1f s; %d record(s) still queued",
+                        safe_url(self._engine.url), time.monotonic() - since, waiting)
+
+    def _finish(self, num_records: int) -> None:
+        """Account for finished records; the caller holds the lock."""
+        self._inflight -= num_records
+        self._finished += num_records
+        self._cond.notify_all()
+
+    def _write(self, batch: list[RequestRecord]) -> int:
+        """One transaction: the new rows and their aggregates. Returns how many rows were new."""
+        rows = list({r.request_id: _row(r) for r in reversed(batch)}.values())  # the first of any duplicate ids
+        with self._engine.begin() as connection:
+            new_ids = set(connection.execute(self._insert_requests, rows).scalars())
+            if new_ids:
+                aggregates = _aggregate(row for row in rows if row["request_id"] in new_ids)
+                connection.execute(self._upsert_aggregates, aggregates)
+        return len(new_ids)
+
+
+def _statements(insert: Any) -> tuple[sa.Insert, sa.Insert]:
+    requests = Request.__table__
+    insert_requests = insert(requests).on_conflict_do_nothing(index_elements=[requests.c.request_id]) \
+        .returning(requests.c.request_id)
+    aggregates = DailyAggregate.__table__
+    upsert = insert(aggregates)
+    upsert = upsert.on_conflict_do_update(
+        index_elements=[aggregates.c.day, aggregates.c.tier],
+        set_={name: aggregates.c[name] + upsert.excluded[name] for name in _SUM_COLUMNS})
+    return insert_requests, upsert
+
+
+def _row(record: RequestRecord) -> dict[str, Any]:
+    """The record as a `requests` row, with what PostgreSQL would refuse made storable: NUL characters in text
+    (a client can send "\\u0000") become U+FFFD, and NaN or infinite tier scores (invalid JSON) become null."""
+    row = {name: getattr(record, name) for name in _RECORD_FIELDS}
+    for name, value in row.items():
+        if isinstance(value, str) and "\x00" in value:
+            row[name] = value.replace("\x00", "\ufffd")
+    if row["tier_scores"] is not None:
+        row["tier_scores"] = [x if x is None or math.isfinite(x) else None for x in row["tier_scores"]]
+    created_at: datetime = row["created_at"]
+    row["created_at"] = created_at.replace(tzinfo=timezone.utc) if created_at.tzinfo is None \
+        else created_at.astimezone(timezone.utc)
+    return row
+
+
+def _aggregate(rows: Any) -> list[dict[str, Any]]:
+    """Sums per (UTC day, tier), in key order (replicas upserting the same keys then lock them in the same order)."""
+    sums: dict[tuple[Any, str], dict[str, Any]] = {}
+    for row in rows:
+        day, tier = row["created_at"].date(), row["tier"] or NO_TIER
+        agg = sums.setdefault((day, tier), {"day": day, "tier": tier, **dict.fromkeys(_SUM_COLUMNS, 0)})
+        agg["num_requests"] += 1
+        agg["num_errors"] += row["status"] != "ok"
+        agg["prompt_tokens"] += row["prompt_tokens"]
+        agg["completion_tokens"] += row["completion_tokens"]
+        agg["cost_usd"] += row["cost_usd"]
+        agg["baseline_cost_usd"] += row["baseline_cost_usd"]
+        if row["latency_ms"] is not None:
+            agg["sum_latency_ms"] += row["latency_ms"]
+            agg["num_latency"] += 1
+        if row["ttft_ms"] is not None:
+            agg["sum_ttft_ms"] += row["ttft_ms"]
+            agg["num_ttft"] += 1
+    return [sums[key] for key in sorted(sums)]
+
+
+def _refused(exc: Exception) -> bool:
+    """True when the data itself is rejected (by the database, the driver or our code); other errors (connection
+    lost, database locked, missing table, read-only replica, pool timeout) are retried: they hit every record."""
+    if isinstance(exc, (sa.exc.IntegrityError, sa.exc.DataError)):
+        return True
+    if isinstance(exc, sa.exc.DBAPIError):
+        return False
+    return isinstance(exc, sa.exc.StatementError) or not isinstance(exc, sa.exc.SQLAlchemyError)
+
+
+def _reason(exc: Exception) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

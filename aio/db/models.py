@@ -1,0 +1,145 @@
+"""The SQL schema (SQLAlchemy 2.x typed ORM). `migrations/` creates it; a test keeps the two from drifting."""
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from aio.db.records import utcnow
+
+# Named constraints: Alembic's batch mode (SQLite) can only alter or drop constraints that have a name.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """A timestamp stored in UTC that always comes back tz-aware (UTC), on SQLite too.
+
+    Naive datetimes are taken to be UTC already. PostgreSQL stores `timestamptz`; SQLite, which has no time zone
+    type, stores the UTC wall time as text (which also sorts correctly).
+    """
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: sa.JSON(), list[float]: sa.JSON()}
+
+
+class Request(Base):
+    """One chat request, written once by the log writer (mirrors `aio.db.records.RequestRecord`)."""
+    __tablename__ = "requests"
+
+    request_id: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(index=True, default=utcnow)
+    status: Mapped[str] = mapped_column(sa.String)  # ok | error | aborted | rejected
+    key_id: Mapped[int | None]
+    user: Mapped[str | None] = mapped_column(sa.String)
+    prompt: Mapped[str | None] = mapped_column(sa.Text)  # NULL: redacted (log_prompts = false)
+    answer: Mapped[str | None] = mapped_column(sa.Text)
+    tier: Mapped[str | None] = mapped_column(sa.String, index=True)
+    model: Mapped[str | None] = mapped_column(sa.String)
+    routing_reason: Mapped[str | None] = mapped_column(sa.String)
+    classifier_version: Mapped[str | None] = mapped_column(sa.String)
+    routing_score: Mapped[float | None]
+    tier_scores: Mapped[list[float] | None]
+    quality: Mapped[float | None]
+    prompt_tokens: Mapped[int] = mapped_column(default=0)
+    completion_tokens: Mapped[int] = mapped_column(default=0)
+    cost_usd: Mapped[float] = mapped_column(default=0.0)
+    baseline_cost_usd: Mapped[float] = mapped_column(default=0.0)
+    ttft_ms: Mapped[float | None]
+    latency_ms: Mapped[float | None]
+    finish_reason: Mapped[str | None] = mapped_column(sa.String)
+    stream: Mapped[bool] = mapped_column(default=False)
+    num_choices: Mapped[int] = mapped_column(default=1)
+    http_status: Mapped[int] = mapped_column(default=200)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+
+
+class Verification(Base):
+    """The quality monitor's verdict on one answer: replayed on a reference tier and compared."""
+    __tablename__ = "verifications"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    request_id: Mapped[str] = mapped_column(sa.ForeignKey("requests.request_id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    tier: Mapped[str] = mapped_column(sa.String)  # the verified tier
+    reference_tier: Mapped[str] = mapped_column(sa.String)
+    reference_model: Mapped[str | None] = mapped_column(sa.String)
+    reference_answer: Mapped[str | None] = mapped_column(sa.Text)
+    similarity: Mapped[float]
+    passed: Mapped[bool]
+    method: Mapped[str] = mapped_column(sa.String)
+    detail: Mapped[dict[str, Any] | None]
+
+
+class ClassifierVersion(Base):
+    """A trained (or built-in) router classifier; at most one is `active`."""
+    __tablename__ = "classifier_versions"
+
+    version: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(sa.String)  # heuristic | sklearn-head | finetuned
+    path: Mapped[str | None] = mapped_column(sa.String)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    num_train_examples: Mapped[int] = mapped_column(default=0)
+    active: Mapped[bool] = mapped_column(default=False)
+    promoted_at: Mapped[datetime | None]
+    notes: Mapped[str | None] = mapped_column(sa.Text)
+
+
+class DailyAggregate(Base):
+    """Per UTC day and tier sums over `requests`, kept by the log writer in the same transaction as the rows.
+
+    Requests without a tier (rejected before routing) count under tier "none". `num_errors` counts requests whose
+    status is not "ok". Means: sum_latency_ms / num_latency, sum_ttft_ms / num_ttft (NULLs are not counted).
+    """
+    __tablename__ = "daily_aggregates"
+
+    day: Mapped[date] = mapped_column(primary_key=True)
+    tier: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    num_requests: Mapped[int] = mapped_column(default=0)
+    num_errors: Mapped[int] = mapped_column(default=0)
+    prompt_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(default=0.0)
+    baseline_cost_usd: Mapped[float] = mapped_column(default=0.0)
+    sum_latency_ms: Mapped[float] = mapped_column(default=0.0)
+    num_latency: Mapped[int] = mapped_column(default=0)
+    sum_ttft_ms: Mapped[float] = mapped_column(default=0.0)
+    num_ttft: Mapped[int] = mapped_column(default=0)
+
+
+class ApiKey(Base):
+    """An API key: only its first characters (`prefix`, for lookup) and its SHA-256 are stored."""
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String)
+    prefix: Mapped[str] = mapped_column(sa.String, index=True, unique=True)
+    key_hash: Mapped[str] = mapped_column(sa.String)  # sha256 hex of the whole key
+    role: Mapped[str] = mapped_column(sa.String, default="user")  # user | admin
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]

@@ -1,0 +1,57 @@
+"""Routing: the classifier's per-tier probabilities and a quality knob pick the cheapest tier that will do.
+
+The classifier's label for a text is the index of the cheapest tier that answers it well (0 = small), so
+P(tier t answers well) = P(label <= t). The router picks the cheapest configured tier whose probability reaches
+the threshold `quality` (0 = always the cheapest, 1 = always the largest), raised per tier by `offsets` (the
+quality monitor moves traffic up by raising them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from aio.settings import TIER_ORDER
+
+
+class Classifier(Protocol):
+    version: str
+
+    def predict_proba(self, texts: list[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class RoutingDecision:
+    tier: str
+    reason: str  # "classifier" | "explicit" | "escalation"
+    score: float | None = None  # P(the chosen tier answers well)
+    scores: tuple[float, ...] | None = None  # the classifier's per-tier probabilities
+    classifier_version: str | None = None
+
+
+class Router:
+    def __init__(self, classifier: Classifier, tiers: Sequence[str], quality: float = 0.5,
+                 offsets: dict[str, float] | None = None) -> None:
+        unknown = [t for t in tiers if t not in TIER_ORDER]
+        if unknown or not tiers:
+            raise ValueError(f"tiers must be a non-empty subset of {TIER_ORDER}, got {list(tiers)}")
+        self.classifier = classifier
+        self.tiers = sorted(tiers, key=TIER_ORDER.index)  # cheapest first
+        self.quality = quality
+        self.offsets = dict(offsets or {})
+
+    def decide(self, proba: np.ndarray, quality: float | None = None) -> RoutingDecision:
+        """The decision for one row of `predict_proba`."""
+        threshold = self.quality if quality is None else quality
+        cumulative = np.cumsum(np.asarray(proba, dtype=np.float64))
+        scores = tuple(float(p) for p in proba)
+        for tier in self.tiers:
+            label = TIER_ORDER.index(tier)
+            p_good = float(cumulative[min(label, len(cumulative) - 1)])
+            if p_good >= min(1.0, threshold + self.offsets.get(tier, 0.0)) - 1e-9 or tier == self.tiers[-1]:
+                return RoutingDecision(tier, "classifier", p_good, scores, self.classifier.version)
+        raise AssertionError("unreachable: the largest tier always accepts")
+
+    def route(self, text: str, quality: float | None = None) -> RoutingDecision:
+        return self.decide(self.classifier.predict_proba([text])[0], quality)

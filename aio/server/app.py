@@ -1,0 +1,134 @@
+"""The FastAPI application: lifespan (database, migrations, tiers, classifier, log writer) and routers."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+from fastapi import FastAPI
+
+from aio.chat import ChatService
+from aio.classifier_loader import load_classifier
+from aio.db.database import make_engine
+from aio.db.keys import KeyStore
+from aio.db.log_writer import LogWriter
+from aio.db.migrate import ensure_schema
+from aio.metrics import Metrics
+from aio.routing import Classifier, Router
+from aio.server.auth import Authenticator, is_loopback
+from aio.server.body_limit import BodyLimitMiddleware
+from aio.server.errors import install_error_handlers
+from aio.settings import Settings, TierSettings
+from aio.tier_loader import build_pool
+from tiers.pool import TierPool
+
+logger = logging.getLogger("aio.server")
+
+
+class StartupError(RuntimeError):
+    """The server cannot start with these settings: the message says why and what to do."""
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    tier_settings: dict[str, TierSettings]
+    pool: TierPool
+    classifier: Classifier
+    router: Router
+    service: ChatService
+    log_writer: LogWriter
+    keys: KeyStore
+    auth: Authenticator
+    metrics: Metrics
+    db: object  # sqlalchemy Engine
+
+
+def _prepare_database(settings: Settings):
+    url = settings.resolved_database_url
+    db = make_engine(url)
+    try:
+        ensure_schema(db)  # the embedded SQLite upgrades itself; a shared server must be at head already
+    except BaseException:
+        db.dispose()
+        raise
+    return db
+
+
+def _tier_settings(settings: Settings) -> dict[str, TierSettings]:
+    if settings.tiers:
+        return dict(settings.tiers)
+    from aio.demo import demo_tier_settings
+
+    return demo_tier_settings(settings.home)
+
+
+def _check_bind(keys: KeyStore, bind_host: str) -> None:
+    if not is_loopback(bind_host) and keys.count_active("user") == 0:
+        raise StartupError(f"refusing to listen on {bind_host} without API keys: create one with "
+                           "`aio keys create --name NAME`, or bind to 127.0.0.1")
+
+
+def preflight(settings: Settings, bind_host: str) -> None:
+    """The checks `aio serve` runs before it starts: database reachable and migrated, keys for a public bind."""
+    db = _prepare_database(settings)
+    try:
+        _check_bind(KeyStore(db), bind_host)
+    finally:
+        db.dispose()
+
+
+async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState:
+    db = await asyncio.to_thread(_prepare_database, settings)
+    keys = KeyStore(db)
+    auth = Authenticator(keys, admin_key, bind_host)
+    await asyncio.to_thread(_check_bind, keys, bind_host)
+    tier_settings = await asyncio.to_thread(_tier_settings, settings)
+    if settings.uses_demo_tiers:
+        logger.warning("no tiers configured: serving the embedded DEMO tiers (random weights, gibberish answers) "
+                       "from %s", settings.home / "demo")
+    pool = await asyncio.to_thread(build_pool, tier_settings, settings.uses_demo_tiers)
+    try:
+        classifier = await asyncio.to_thread(load_classifier, settings.classifier_path, db)
+        router = Router(classifier, [t.name for t in pool], settings.quality)
+        log_writer = LogWriter(db, batch_size=settings.log_batch_size, flush_interval_s=settings.log_flush_interval_s)
+        log_writer.start()
+    except BaseException:
+        await pool.aclose()
+        raise
+    metrics = Metrics(lambda: [(t.name, t.model, t.load()) for t in pool])
+    service = ChatService(pool, router, tier_settings, log_writer, metrics, settings.log_prompts)
+    return AppState(settings, tier_settings, pool, classifier, router, service, log_writer, keys, auth, metrics, db)
+
+
+async def _stop(state: AppState) -> None:
+    await state.pool.aclose()
+    await asyncio.to_thread(state.log_writer.close)
+    state.db.dispose()
+
+
+def create_app(settings: Settings, bind_host: str = "127.0.0.1", admin_key: str | None = None) -> FastAPI:
+    """The app for `settings`; everything heavy starts in the lifespan."""
+    import secrets
+
+    from aio.server.routes import admin, chat, health, models
+
+    admin_key = admin_key or settings.admin_key or secrets.token_urlsafe(32)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.aio = await _start(settings, bind_host, admin_key)
+        try:
+            yield
+        finally:
+            await _stop(app.state.aio)
+
+    app = FastAPI(title="AIO", summary="Adaptive Inference Orchestrator: one OpenAI-compatible chat endpoint",
+                  version="0.1.0", lifespan=lifespan)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    install_error_handlers(app)
+    for router in (chat.router, models.router, health.router, admin.router):
+        app.include_router(router)
+    return app

@@ -1,0 +1,34 @@
+"""POST /v1/chat/completions."""
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from aio.chat import RequestContext
+from aio.server.deps import ApiKey, State
+from aio.server.errors import APIError
+from aio.server.schemas import ChatCompletionRequest
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+async def create_chat_completion(body: ChatCompletionRequest, state: State, key: ApiKey):
+    ctx = RequestContext(key_id=key.id if key is not None else None)
+    headers = {"x-request-id": ctx.request_id}
+    try:
+        chat = await state.service.prepare(body, ctx)
+    except APIError as exc:
+        return exc.response(headers)
+    headers.update({"x-aio-tier": chat.tier.name, "x-aio-model": chat.tier.model,
+                    "x-aio-routing-reason": chat.decision.reason})
+    if body.stream:
+        # Headers go out before the answer exists: the cost comes in the usage chunk's `aio` object.
+        return StreamingResponse(state.service.stream(chat), media_type="text/event-stream",
+                                 headers={**headers, "cache-control": "no-cache"})
+    try:
+        result = await state.service.complete(chat)
+    except APIError as exc:
+        return exc.response(headers)
+    headers["x-aio-cost-usd"] = f"{result['aio']['cost_usd']:.10f}"
+    return JSONResponse(result, headers=headers)

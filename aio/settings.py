@@ -1,0 +1,118 @@
+"""Deployment settings: a TOML file (`aio serve --config aio.toml`) plus `AIO_*` environment variables.
+
+Environment variables win over the file; nested fields use `__`, e.g. `AIO_TIERS__SMALL__PATH=/models/3b`.
+With no tiers configured, `aio serve` builds the embedded demo tiers under `$AIO_HOME/demo`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+TIER_ORDER = ("small", "medium", "large")  # cheapest first; index = the classifier's label
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("AIO_HOME") or Path.home() / ".aio")
+
+
+class TierSettings(BaseModel):
+    """One tier: a local checkpoint run on the shared engine, or an OpenAI-compatible server."""
+    model_config = ConfigDict(extra="forbid")
+
+    path: Path | None = None  # a local Hugging Face checkpoint folder
+    base_url: str | None = None  # e.g. http://10.0.0.5:8000/v1 (a vLLM or another AIO server)
+    api_key: str | None = None  # sent to base_url as a bearer token
+    model: str | None = None  # the name clients see; default: the checkpoint folder's name / the remote model
+    input_price_per_million: float = Field(0.0, ge=0)  # USD per million prompt tokens
+    output_price_per_million: float = Field(0.0, ge=0)  # USD per million completion tokens
+    draft: str | None = None  # the tier that drafts for this one (speculative decoding)
+    max_queue: int = Field(256, ge=1)  # waiting requests beyond which new ones get 429
+    max_model_len: int | None = Field(None, ge=1)  # required for remote tiers whose /models does not say
+    # engine options (local tiers)
+    device: str = "cpu"
+    dtype: str | None = None
+    block_size: int = Field(16, ge=1)
+    kv_cache_bytes: int | None = Field(None, ge=1)
+    kv_cache_fraction: float | None = Field(None, gt=0, le=1)
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int = Field(2048, ge=1)
+    enable_prefix_caching: bool = True
+    request_timeout_s: float = Field(600.0, gt=0)  # remote tiers
+
+    @model_validator(mode="after")
+    def _one_backend(self) -> "TierSettings":
+        if (self.path is None) == (self.base_url is None):
+            raise ValueError("a tier needs exactly one of `path` (local checkpoint) or `base_url` (remote server)")
+        return self
+
+    @property
+    def is_remote(self) -> bool:
+        return self.base_url is not None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AIO_", env_nested_delimiter="__", extra="forbid")
+    toml_file: ClassVar[Path | None] = None
+
+    home: Path = Field(default_factory=default_home)
+    database_url: str | None = None  # default: sqlite at $AIO_HOME/aio.db
+    tiers: dict[str, TierSettings] = Field(default_factory=dict)  # empty: the embedded demo tiers
+    quality: float = Field(0.5, ge=0, le=1)  # 0 = cheapest, 1 = best; per request: `aio_quality` in the body
+    log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
+    max_body_bytes: int = Field(4 << 20, ge=1024)
+    admin_key: str | None = None
+    classifier_path: Path | None = None  # a saved classifier folder; default: the heuristic router
+    log_batch_size: int = Field(256, ge=1)
+    log_flush_interval_s: float = Field(0.5, gt=0)
+
+    @field_validator("tiers")
+    @classmethod
+    def _known_tiers(cls, tiers: dict[str, TierSettings]) -> dict[str, TierSettings]:
+        unknown = sorted(set(tiers) - set(TIER_ORDER))
+        if unknown:
+            raise ValueError(f"unknown tier(s) {unknown}: tiers are {list(TIER_ORDER)}")
+        for name, tier in tiers.items():
+            if tier.draft is not None and tier.draft not in tiers:
+                raise ValueError(f"tier {name!r} drafts with {tier.draft!r}, which is not configured")
+        return tiers
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'aio.db'}"
+
+    @property
+    def uses_demo_tiers(self) -> bool:
+        return not self.tiers
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls.toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls.toml_file))
+        return tuple(sources)
+
+
+class ConfigError(ValueError):
+    """The settings cannot be used: the message says which and why."""
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from `config_file` (TOML), the environment and `overrides`, in rising priority."""
+    from pydantic import ValidationError
+
+    path = Path(config_file) if config_file is not None else None
+    if path is not None and not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    source = type("FileSettings", (Settings,), {"toml_file": path})
+    try:
+        loaded = source(**overrides)
+    except ValidationError as exc:
+        where = f" in {path}" if path else ""
+        raise ConfigError(f"invalid settings{where}:\n{exc}") from exc
+    return loaded

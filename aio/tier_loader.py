@@ -1,0 +1,49 @@
+"""Builds the tier pool from settings: local checkpoints on the shared engine, remote servers over HTTP."""
+from __future__ import annotations
+
+import logging
+
+from aio.settings import TIER_ORDER, TierSettings
+from tiers.pool import LocalTier, Tier, TierPool, load_local_tier
+from tiers.remote import RemoteTier
+
+logger = logging.getLogger(__name__)
+
+
+class TierLoadError(RuntimeError):
+    """A configured tier cannot be started: the message names the tier and the cause."""
+
+
+def build_tier(name: str, tier: TierSettings, is_demo: bool = False) -> Tier:
+    if tier.is_remote:
+        remote = RemoteTier.connect(name, tier.base_url, model=tier.model, max_model_len=tier.max_model_len,
+                                    api_key=tier.api_key, timeout_s=tier.request_timeout_s)
+        remote.is_demo = is_demo
+        return remote
+    if not (tier.path / "config.json").is_file():
+        raise TierLoadError(f"tier {name}: {tier.path} is not a checkpoint folder (no config.json)")
+    local: LocalTier = load_local_tier(
+        name, tier.path, model=tier.model, is_demo=is_demo, device=tier.device, dtype=tier.dtype,
+        block_size=tier.block_size, kv_cache_bytes=tier.kv_cache_bytes, max_num_seqs=tier.max_num_seqs,
+        max_model_len=tier.max_model_len, kv_cache_fraction=tier.kv_cache_fraction,
+        max_num_batched_tokens=tier.max_num_batched_tokens, enable_prefix_caching=tier.enable_prefix_caching)
+    return local
+
+
+def build_pool(tiers: dict[str, TierSettings], is_demo: bool = False) -> TierPool:
+    built: list[Tier] = []
+    try:
+        for name in sorted(tiers, key=TIER_ORDER.index):
+            try:
+                built.append(build_tier(name, tiers[name], is_demo))
+            except TierLoadError:
+                raise
+            except Exception as exc:
+                raise TierLoadError(f"tier {name} failed to start: {type(exc).__name__}: {exc}") from exc
+            logger.info("tier %s ready: %s (max_model_len %d)", name, built[-1].model, built[-1].max_model_len)
+    except BaseException:
+        for tier in built:
+            if isinstance(tier, LocalTier):
+                tier.engine.close()
+        raise
+    return TierPool(built)

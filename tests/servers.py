@@ -1,0 +1,80 @@
+"""Starts a real `aio serve` process on loopback for the API tests."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LiveServer:
+    process: subprocess.Popen
+    base_url: str  # http://127.0.0.1:PORT
+    admin_key: str
+    database_url: str
+    log_path: Path
+
+    @property
+    def api_url(self) -> str:
+        return self.base_url + "/v1"
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()  # SIGTERM: uvicorn shuts down gracefully, the log writer flushes
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def aio_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "aio.cli", *args]
+
+
+def server_env(home: Path, database_url: str, admin_key: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIO_")}
+    env.update(AIO_HOME=str(home), AIO_DATABASE_URL=database_url, AIO_ADMIN_KEY=admin_key, HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", **extra)
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def start_server(config: Path, home: Path, database_url: str, admin_key: str = "test-admin-key",
+                 timeout: float = 120.0, **extra_env: str) -> LiveServer:
+    port = free_port()
+    log_path = home / f"server-{port}.log"
+    log = open(log_path, "wb")
+    process = subprocess.Popen(aio_command("serve", "--port", str(port), "--config", str(config),
+                                           "--log-level", "warning"),
+                               env=server_env(home, database_url, admin_key, **extra_env), stdout=log,
+                               stderr=subprocess.STDOUT)
+    server = LiveServer(process, f"http://127.0.0.1:{port}", admin_key, database_url, log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"aio serve exited with {process.returncode}:\n{server.output()}")
+        try:
+            if httpx.get(server.base_url + "/health", timeout=1.0).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"aio serve did not come up in {timeout} s:\n{server.output()}")

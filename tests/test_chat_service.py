@@ -1,0 +1,211 @@
+"""ChatService and Router with fake tiers: routing decisions, escalation, mid-stream failures, accounting."""
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from aio.chat import ChatService, RequestContext
+from aio.metrics import Metrics
+from aio.routing import Router
+from aio.server.errors import APIError
+from aio.server.schemas import ChatCompletionRequest
+from aio.settings import TierSettings
+from tiers.pool import ChatChunk, TierLoad, TierPool, TierUnavailableError
+
+
+@dataclass
+class FakeTier:
+    name: str
+    max_model_len: int = 100
+    words: list[str] = field(default_factory=lambda: ["a", "b", "c"])
+    fail_after: int | None = None  # raise after this many chunks
+    available: bool = True
+    waiting: int = 0
+    is_demo: bool = False
+    calls: list = field(default_factory=list)
+
+    @property
+    def model(self) -> str:
+        return f"model-{self.name}"
+
+    def count_prompt_tokens(self, messages) -> int:
+        return sum(len(m["content"].split()) for m in messages)
+
+    async def stream_chat(self, messages, params, request_id, priority=0):
+        self.calls.append((request_id, params))
+        for i, word in enumerate(self.words[:params.max_tokens]):
+            if self.fail_after is not None and i == self.fail_after:
+                raise RuntimeError("the device fell over")
+            await asyncio.sleep(0)
+            yield ChatChunk(delta_text=word, num_new_tokens=1)
+        yield ChatChunk(finish_reason="length" if params.max_tokens <= len(self.words) else "stop",
+                        num_prompt_tokens=self.count_prompt_tokens(messages))
+
+    def token_text(self, token_id: int) -> str:
+        return str(token_id)
+
+    def load(self) -> TierLoad:
+        return TierLoad(0, self.waiting, 0.0)
+
+    def is_available(self) -> bool:
+        return self.available
+
+    async def aclose(self) -> None:
+        pass
+
+
+class FixedClassifier:
+    version = "fixed-1"
+
+    def __init__(self, proba):
+        self.proba = np.asarray(proba, dtype=np.float64)
+
+    def predict_proba(self, texts):
+        return np.tile(self.proba, (len(texts), 1))
+
+
+class ListLog:
+    def __init__(self):
+        self.records = []
+
+    def submit(self, record):
+        self.records.append(record)
+
+
+def make_service(tiers, proba=(0.2, 0.5, 0.3), quality=0.5):
+    pool = TierPool(tiers)
+    settings = {t.name: TierSettings(path="/x", input_price_per_million=(i + 1) * 1.0,
+                                     output_price_per_million=(i + 1) * 2.0, max_queue=2)
+                for i, t in enumerate(tiers)}
+    log = ListLog()
+    service = ChatService(pool, Router(FixedClassifier(proba), [t.name for t in tiers], quality), settings, log,
+                          Metrics())
+    return service, log
+
+
+def request(**kwargs) -> ChatCompletionRequest:
+    body = {"model": "auto", "messages": [{"role": "user", "content": "one two three"}], **kwargs}
+    return ChatCompletionRequest.model_validate(body)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.mark.parametrize("quality, tier", [(0.0, "small"), (0.2, "small"), (0.5, "medium"), (0.7, "medium"),
+                                           (0.71, "large"), (1.0, "large")])
+def test_router_picks_the_cheapest_tier_whose_cumulative_probability_reaches_the_quality(quality, tier):
+    router = Router(FixedClassifier([0.2, 0.5, 0.3]), ["small", "medium", "large"], quality)
+    decision = router.route("text")
+    assert decision.tier == tier and decision.reason == "classifier" and decision.classifier_version == "fixed-1"
+    assert decision.score == pytest.approx({"small": 0.2, "medium": 0.7, "large": 1.0}[tier])
+
+
+def test_router_with_missing_tiers_and_offsets():
+    router = Router(FixedClassifier([0.6, 0.3, 0.1]), ["small", "large"], 0.5)
+    assert router.route("x").tier == "small"
+    router.offsets["small"] = 0.2  # the quality monitor moved traffic up
+    assert router.route("x").tier == "large"
+    with pytest.raises(ValueError):
+        Router(FixedClassifier([1.0]), ["tiny"], 0.5)
+
+
+def test_complete_routes_generates_and_logs_once_with_costs():
+    service, log = make_service([FakeTier("small"), FakeTier("medium"), FakeTier("large")])
+    chat = run(service.prepare(request(max_tokens=2, n=2, seed=5), RequestContext()))
+    assert chat.tier.name == "medium" and chat.decision.reason == "classifier"
+    assert [p.seed for p in chat.params] == [5, 6]
+    body = run(service.complete(chat))
+    assert [c["message"]["content"] for c in body["choices"]] == ["ab", "ab"]
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
+    assert body["aio"]["cost_usd"] == pytest.approx((3 * 2.0 + 4 * 4.0) / 1e6)
+    assert body["aio"]["baseline_cost_usd"] == pytest.approx((3 * 3.0 + 4 * 6.0) / 1e6)
+    [record] = log.records
+    assert record.status == "ok" and record.tier == "medium" and record.completion_tokens == 4
+    assert record.tier_scores == [0.2, 0.5, 0.3] and record.quality == 0.5
+    assert json.loads(record.prompt) == [{"role": "user", "content": "one two three"}]
+
+
+def test_escalation_on_context_overflow_and_refusal_when_nothing_fits():
+    tiers = [FakeTier("small", max_model_len=5), FakeTier("medium", max_model_len=8), FakeTier("large", 20)]
+    service, log = make_service(tiers, proba=(1.0, 0.0, 0.0))
+    chat = run(service.prepare(request(max_tokens=4), RequestContext()))
+    assert chat.tier.name == "medium" and chat.decision.reason == "escalation"
+    chat = run(service.prepare(request(model="small", max_tokens=10), RequestContext()))
+    assert chat.tier.name == "large" and chat.decision.reason == "escalation"
+    with pytest.raises(APIError) as info:
+        run(service.prepare(request(max_tokens=30), RequestContext()))
+    assert info.value.status_code == 400 and info.value.code == "context_length_exceeded"
+    assert [r.status for r in log.records] == ["rejected"]
+
+
+def test_unavailable_and_busy_tiers():
+    tiers = [FakeTier("small", available=False), FakeTier("large", waiting=2)]
+    service, log = make_service(tiers, proba=(1.0, 0.0, 0.0))
+    with pytest.raises(APIError) as info:
+        run(service.prepare(request(), RequestContext()))
+    assert info.value.status_code == 503 and info.value.headers()["Retry-After"]
+    with pytest.raises(APIError) as info:
+        run(service.prepare(request(model="large"), RequestContext()))
+    assert info.value.status_code == 429 and info.value.headers()["Retry-After"] == "1"
+    assert len(log.records) == 2
+
+
+def test_a_failure_after_the_stream_started_is_an_error_event_then_done():
+    service, log = make_service([FakeTier("small", fail_after=1)], proba=(1.0,))
+    chat = run(service.prepare(request(stream=True, max_tokens=3), RequestContext()))
+
+    async def collect():
+        return [event async for event in service.stream(chat)]
+
+    events = run(collect())
+    payloads = [json.loads(e[6:]) for e in events[:-1]]
+    assert payloads[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert payloads[1]["choices"][0]["delta"] == {"content": "a"}
+    assert payloads[-1]["error"]["code"] == "generation_failed" and "fell over" in payloads[-1]["error"]["message"]
+    assert events[-1] == "data: [DONE]\n\n"
+    [record] = log.records
+    assert record.status == "error" and record.completion_tokens == 1 and record.http_status == 500
+
+
+def test_a_tier_going_down_mid_request_is_a_503():
+    tier = FakeTier("small")
+
+    async def down(*args, **kwargs):
+        raise TierUnavailableError("connection refused", retry_after_s=7)
+        yield  # pragma: no cover
+
+    tier.stream_chat = down
+    service, log = make_service([tier], proba=(1.0,))
+    chat = run(service.prepare(request(), RequestContext()))
+    with pytest.raises(APIError) as info:
+        run(service.complete(chat))
+    assert info.value.status_code == 503 and info.value.headers()["Retry-After"] == "7"
+    assert log.records[0].status == "error"
+
+
+def test_redaction_keeps_prompts_and_answers_out_of_the_log():
+    service, log = make_service([FakeTier("small")], proba=(1.0,))
+    service.log_prompts = False
+    run(service.complete(run(service.prepare(request(), RequestContext()))))
+    assert log.records[0].prompt is None and log.records[0].answer is None
+    assert log.records[0].completion_tokens == 3
+
+
+def test_message_normalisation():
+    service, _ = make_service([FakeTier("small")], proba=(1.0,))
+    body = request(messages=[{"role": "developer", "content": "rules"},
+                             {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]},
+                             {"role": "assistant", "content": None}, {"role": "user", "content": "z"}])
+    chat = run(service.prepare(body, RequestContext()))
+    assert chat.messages == [{"role": "system", "content": "rules"}, {"role": "user", "content": "x\ny"},
+                             {"role": "assistant", "content": ""}, {"role": "user", "content": "z"}]
+    image = request(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}])
+    with pytest.raises(APIError) as info:
+        run(service.prepare(image, RequestContext()))
+    assert info.value.code == "unsupported_content" and info.value.param == "messages.0.content.0"

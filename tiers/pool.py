@@ -1,0 +1,156 @@
+"""The tier pool: the model tiers a deployment serves, each a local engine or a remote OpenAI-compatible server.
+
+Tiers speak chat messages and `SamplingParams`; nothing here knows about the HTTP server, routing or SQL.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import AsyncIterator, Protocol, Sequence
+
+from tiers.engine.llm_engine import Engine
+from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
+from tiers.engine.sequence import TokenLogprob
+
+logger = logging.getLogger(__name__)
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": text}
+
+
+class TierUnavailableError(RuntimeError):
+    """The tier cannot take requests now (its server is unreachable or its engine failed)."""
+
+    def __init__(self, message: str, retry_after_s: float = 5.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class ChatChunk:
+    """A piece of one choice's answer; the last one has finish_reason set."""
+    delta_text: str = ""
+    num_new_tokens: int = 0
+    logprobs: list[TokenLogprob] | None = None  # for the new tokens, when asked
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    num_prompt_tokens: int = 0  # known on the last chunk
+    num_cached_tokens: int = 0
+
+
+@dataclass
+class TierLoad:
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float | None  # None when unknown (remote tiers)
+
+
+class Tier(Protocol):
+    name: str  # "small" | "medium" | "large"
+    model: str  # the model name clients see
+    max_model_len: int
+    is_demo: bool
+
+    def count_prompt_tokens(self, messages: Sequence[Message]) -> int: ...
+
+    def stream_chat(self, messages: Sequence[Message], params: SamplingParams, request_id: str,
+                    priority: int = 0) -> AsyncIterator[ChatChunk]: ...
+
+    def token_text(self, token_id: int) -> str: ...
+
+    def load(self) -> TierLoad: ...
+
+    def is_available(self) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class LocalTier:
+    """A tier served in this process by the shared engine."""
+    name: str
+    engine: Engine
+    model: str
+    is_demo: bool = False
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    def encode(self, messages: Sequence[Message]) -> list[int]:
+        return self.engine.apply_chat_template(list(messages))
+
+    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
+        return len(self.encode(messages))
+
+    async def stream_chat(self, messages: Sequence[Message], params: SamplingParams, request_id: str,
+                          priority: int = 0) -> AsyncIterator[ChatChunk]:
+        prompt_ids = self.encode(messages)
+        if not self.engine.is_healthy:
+            raise TierUnavailableError(f"tier {self.name} is shut down")
+        async for out in self.engine.stream(prompt_ids, params, request_id=request_id, priority=priority):
+            yield ChatChunk(delta_text=out.delta_text, num_new_tokens=len(out.new_token_ids),
+                            logprobs=out.logprobs[-len(out.new_token_ids):] if out.logprobs and out.new_token_ids else None,
+                            finish_reason=out.finish_reason if out.finished else None,
+                            num_prompt_tokens=out.num_prompt_tokens, num_cached_tokens=out.num_cached_tokens)
+
+    def token_text(self, token_id: int) -> str:
+        tokenizer = self.engine.tokenizer
+        return tokenizer.decode([token_id]) if tokenizer is not None else str(token_id)
+
+    def load(self) -> TierLoad:
+        stats = self.engine.stats()
+        return TierLoad(stats.num_running, stats.num_waiting, stats.kv_cache_usage)
+
+    def is_available(self) -> bool:
+        return self.engine.is_healthy
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.engine.close)
+
+
+@dataclass
+class TierPool:
+    """The configured tiers, cheapest first."""
+    tiers: list[Tier] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tier names must be unique, got {names}")
+
+    def __iter__(self):
+        return iter(self.tiers)
+
+    def __len__(self) -> int:
+        return len(self.tiers)
+
+    def index(self, name: str) -> int:
+        for i, tier in enumerate(self.tiers):
+            if tier.name == name:
+                return i
+        raise KeyError(name)
+
+    def find(self, model: str) -> Tier | None:
+        """A tier by its name ("small") or its model name."""
+        for tier in self.tiers:
+            if model in (tier.name, tier.model):
+                return tier
+        return None
+
+    async def aclose(self) -> None:
+        for tier in self.tiers:
+            try:
+                await tier.aclose()
+            except Exception:
+                logger.exception("closing tier %s failed", tier.name)
+
+
+def load_local_tier(name: str, path: str | Path, model: str | None = None, is_demo: bool = False,
+                    **engine_options) -> LocalTier:
+    engine = Engine.from_pretrained(path, **engine_options)
+    return LocalTier(name=name, engine=engine, model=model or Path(path).name, is_demo=is_demo)
+
+
+__all__ = ["ChatChunk", "InvalidRequestError", "LocalTier", "Tier", "TierLoad", "TierPool", "TierUnavailableError",
+           "load_local_tier"]
