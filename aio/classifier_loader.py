@@ -1,10 +1,17 @@
-"""Which classifier routes `auto` requests: a saved one from `classifier_path`, else the heuristic router."""
+"""Which classifier routes `auto` requests.
+
+In order: `classifier_path` from the settings (pinned: never switched at run time); else the version active in
+the database (`aio retrain` / `aio classifier promote`); else the trained default shipped in the package
+(registered as the active "builtin" version on first start); else the heuristic router.
+"""
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
+from sqlalchemy.engine import Engine
+
+from aio import classifier_registry as registry
 from aio.routing import Classifier
 
 logger = logging.getLogger(__name__)
@@ -14,34 +21,61 @@ class ClassifierLoadError(RuntimeError):
     pass
 
 
-def load_classifier(path: Path | None, db=None) -> Classifier:
-    from classifier import HeuristicClassifier
+def builtin_classifier() -> Classifier:
+    """The shipped default if it is present and loads, else the heuristic."""
+    import classifier
 
-    if path is None:
-        classifier: Classifier = HeuristicClassifier()
-    else:
-        path = Path(path)
-        if not path.is_dir():
-            raise ClassifierLoadError(f"classifier_path {path} is not a folder")
+    load_default = getattr(classifier, "load_default", None)
+    if load_default is None:
+        return classifier.HeuristicClassifier()
+    try:
+        return load_default()
+    except Exception as exc:  # a broken install must not stop the server: the heuristic still routes
+        logger.error("the shipped default classifier does not load (%s): routing with the heuristic", exc)
+        return classifier.HeuristicClassifier()
+
+
+def load_version(info: registry.VersionInfo) -> Classifier:
+    """The classifier of a registered version."""
+    import classifier
+
+    if info.kind == registry.BUILTIN_KIND:
+        for candidate in (builtin_classifier(), classifier.HeuristicClassifier()):
+            if candidate.version == info.version:
+                return candidate
+        raise ClassifierLoadError(f"builtin classifier {info.version!r} is not in this installation")
+    if info.path is None:
+        raise ClassifierLoadError(f"classifier version {info.version!r} has no folder")
+    return load_folder(Path(info.path))
+
+
+def load_folder(path: Path) -> Classifier:
+    import classifier
+
+    if not path.is_dir():
+        raise ClassifierLoadError(f"classifier folder {path} does not exist")
+    load = getattr(classifier, "load_classifier", classifier.HeuristicClassifier.load)
+    try:
+        return load(path)
+    except Exception as exc:
+        raise ClassifierLoadError(f"cannot load the classifier in {path}: {exc}") from exc
+
+
+def load_classifier(path: Path | None, db: Engine | None = None) -> Classifier:
+    if path is not None:
+        return load_folder(Path(path))
+    if db is None:
+        return builtin_classifier()
+    active = registry.active_version(db)
+    if active is not None:
         try:
-            classifier = HeuristicClassifier.load(path)
-        except Exception as exc:
-            raise ClassifierLoadError(f"cannot load the classifier in {path}: {exc}") from exc
-    if db is not None:
-        register_version(db, classifier, path)
-    return classifier
-
-
-def register_version(db, classifier: Classifier, path: Path | None) -> None:
-    """Records the classifier version in `classifier_versions` (once) so the log's versions resolve."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
-
-    from aio.db.models import ClassifierVersion
-
-    with Session(db) as session, session.begin():
-        if session.scalar(select(ClassifierVersion).where(ClassifierVersion.version == classifier.version)) is None:
-            session.add(ClassifierVersion(version=classifier.version, kind=type(classifier).__name__,
-                                          path=str(path) if path else None, metrics={}, num_train_examples=0,
-                                          active=True, notes="registered at server start"))
-            logger.info("registered classifier version %s", classifier.version)
+            return load_version(active)
+        except ClassifierLoadError as exc:
+            logger.error("the active classifier %s does not load (%s): using the shipped default", active.version, exc)
+            return builtin_classifier()
+    clf = builtin_classifier()
+    registry.register(db, version=clf.version, kind=registry.BUILTIN_KIND, path=None, status="active",
+                      num_train_examples=getattr(clf, "num_train_examples", 0),
+                      metrics=getattr(clf, "metrics", {}) or {}, notes="shipped with aio; registered at first start")
+    logger.info("registered the shipped classifier %s as the active version", clf.version)
+    return clf

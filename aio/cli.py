@@ -83,11 +83,16 @@ def demo(prompt: str = typer.Option("Explain why the sky is blue.", help="the us
 
 
 def _register_subcommands() -> None:
+    from aio.commands.classifier import classifier_app, router_app
     from aio.commands.db import db_app
     from aio.commands.keys import keys_app
+    from aio.commands.retrain import retrain
 
     app.add_typer(db_app, name="db", help="database migrations")
     app.add_typer(keys_app, name="keys", help="API keys")
+    app.add_typer(classifier_app, name="classifier", help="router classifier versions")
+    app.add_typer(router_app, name="router", help="routing thresholds")
+    app.command("retrain")(retrain)
 
 
 _register_subcommands()

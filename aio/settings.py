@@ -65,7 +65,8 @@ class Settings(BaseSettings):
     log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
     max_body_bytes: int = Field(4 << 20, ge=1024)
     admin_key: str | None = None
-    classifier_path: Path | None = None  # a saved classifier folder; default: the heuristic router
+    classifier_path: Path | None = None  # pin a saved classifier folder; default: the active version in the DB
+    classifier_poll_interval_s: float = Field(10.0, gt=0)  # how often servers look for a new version/thresholds
     log_batch_size: int = Field(256, ge=1)
     log_flush_interval_s: float = Field(0.5, gt=0)
 

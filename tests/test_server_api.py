@@ -42,7 +42,7 @@ def tier_checkpoints(checkpoint_dir) -> dict[str, Path]:
 def server(tmp_path_factory, tier_checkpoints):
     home = tmp_path_factory.mktemp("aio-home")
     config = write_config(home / "aio.toml", tier_checkpoints, large={"max_num_seqs": 1, "max_queue": 1})
-    live = start_server(config, home, f"sqlite:///{home / 'aio.db'}")
+    live = start_server(config, home, f"sqlite:///{home / 'aio.db'}", AIO_CLASSIFIER_POLL_INTERVAL_S="0.3")
     yield live
     live.stop()
 
@@ -343,3 +343,32 @@ def test_public_bind_without_keys_is_refused(tmp_path, tier_checkpoints):
         env=server_env(tmp_path, f"sqlite:///{tmp_path / 'aio.db'}", "k"), capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "without API keys" in result.stderr
+
+
+def test_a_promoted_classifier_and_new_thresholds_take_over_without_restart(server, client, tmp_path):
+    from aio import classifier_registry as registry
+    from aio.db.database import make_engine
+    from classifier import HeuristicClassifier
+
+    everything_is_hard = HeuristicClassifier(version="heuristic-live-test", thetas=[-20.0, -19.0])
+    everything_is_hard.save(tmp_path / "live")
+    db = make_engine(server.database_url)
+    try:
+        registry.register(db, version=everything_is_hard.version, kind="heuristic", path=str(tmp_path / "live"),
+                          status="candidate")
+        registry.promote(db, everything_is_hard.version)
+        time.sleep(1.5)  # the server polls every 0.3 s
+        raw = client.chat.completions.with_raw_response.create(model="auto", messages=HELLO, max_tokens=2)
+        assert raw.headers["x-aio-tier"] == "large"
+        request_id = raw.headers["x-request-id"]
+        assert log_rows(server, [request_id])[request_id]["classifier_version"] == "heuristic-live-test"
+        registry.set_router_state(db, quality=0.0, updated_by="test")  # 0: everything goes to the cheapest tier
+        time.sleep(1.5)
+        raw = client.chat.completions.with_raw_response.create(model="auto", messages=HELLO, max_tokens=2)
+        assert raw.headers["x-aio-tier"] == "small"
+        models = {m.id: m for m in client.models.list().data}
+        assert models["auto"].aio["classifier_version"] == "heuristic-live-test"
+    finally:
+        registry.set_router_state(db, quality=0.5, updated_by="test")
+        registry.rollback(db)
+        db.dispose()

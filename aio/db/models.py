@@ -107,6 +107,23 @@ class ClassifierVersion(Base):
     active: Mapped[bool] = mapped_column(default=False)
     promoted_at: Mapped[datetime | None]
     notes: Mapped[str | None] = mapped_column(sa.Text)
+    status: Mapped[str] = mapped_column(sa.String, default="candidate",
+                                        server_default="candidate")  # candidate | active | rejected | retired
+    data_counts: Mapped[dict[str, Any] | None]  # training examples by source, held-out size
+    parent_version: Mapped[str | None] = mapped_column(sa.String)  # the version it was evaluated against
+
+
+class RouterSettings(Base):
+    """Routing thresholds set at run time (`aio router calibrate`, the quality monitor); one row, id 1. Servers
+    poll it: `quality` (when set) replaces the settings' default, `offsets` raise per-tier thresholds."""
+    __tablename__ = "router_settings"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    quality: Mapped[float | None]
+    offsets: Mapped[dict[str, Any] | None]
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_by: Mapped[str] = mapped_column(sa.String)
+    note: Mapped[str | None] = mapped_column(sa.Text)
 
 
 class DailyAggregate(Base):

@@ -16,6 +16,7 @@ from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
 from aio.db.migrate import ensure_schema
 from aio.metrics import Metrics
+from aio.router_watch import RouterWatcher
 from aio.routing import Classifier, Router
 from aio.server.auth import Authenticator, is_loopback
 from aio.server.body_limit import BodyLimitMiddleware
@@ -36,7 +37,6 @@ class AppState:
     settings: Settings
     tier_settings: dict[str, TierSettings]
     pool: TierPool
-    classifier: Classifier
     router: Router
     service: ChatService
     log_writer: LogWriter
@@ -44,6 +44,11 @@ class AppState:
     auth: Authenticator
     metrics: Metrics
     db: object  # sqlalchemy Engine
+    watch_task: asyncio.Task
+
+    @property
+    def classifier(self) -> Classifier:
+        return self.router.classifier  # may be swapped at run time
 
 
 def _prepare_database(settings: Settings):
@@ -93,6 +98,9 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
     try:
         classifier = await asyncio.to_thread(load_classifier, settings.classifier_path, db)
         router = Router(classifier, [t.name for t in pool], settings.quality)
+        watcher = RouterWatcher(router, db, settings.quality, settings.classifier_poll_interval_s,
+                                pinned=settings.classifier_path is not None)
+        await asyncio.to_thread(watcher.poll_once)
         log_writer = LogWriter(db, batch_size=settings.log_batch_size, flush_interval_s=settings.log_flush_interval_s)
         log_writer.start()
     except BaseException:
@@ -100,10 +108,12 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
         raise
     metrics = Metrics(lambda: [(t.name, t.model, t.load()) for t in pool])
     service = ChatService(pool, router, tier_settings, log_writer, metrics, settings.log_prompts)
-    return AppState(settings, tier_settings, pool, classifier, router, service, log_writer, keys, auth, metrics, db)
+    watch_task = asyncio.create_task(watcher.run(), name="aio-router-watch")
+    return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task)
 
 
 async def _stop(state: AppState) -> None:
+    state.watch_task.cancel()
     await state.pool.aclose()
     await asyncio.to_thread(state.log_writer.close)
     state.db.dispose()

@@ -1,0 +1,90 @@
+"""`aio classifier list | promote VERSION | rollback` and `aio router calibrate`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from aio.commands import ConfigOption, database, fail
+
+classifier_app = typer.Typer(help="Router classifier versions.", no_args_is_help=True)
+router_app = typer.Typer(help="Routing thresholds.", no_args_is_help=True)
+
+
+@classifier_app.command("list")
+def list_versions(config: Path | None = ConfigOption) -> None:
+    """Every classifier version, newest first; * marks the active one."""
+    from aio import classifier_registry as registry
+
+    with database(config) as engine:
+        versions = registry.list_versions(engine)
+    if not versions:
+        typer.echo("no classifier versions yet (the server registers the shipped one at its first start)")
+    for v in versions:
+        holdout = v.metrics.get("holdout", {})
+        loss = f"  held-out log loss {holdout['log_loss']:.4f}" if "log_loss" in holdout else ""
+        typer.echo(f"{'*' if v.active else ' '} {v.version:40s} {v.status:11s} {v.kind:13s} "
+                   f"{v.created_at:%Y-%m-%d %H:%M}  {v.num_train_examples:6d} examples{loss}")
+
+
+@classifier_app.command()
+def promote(version: str, config: Path | None = ConfigOption) -> None:
+    """Make VERSION the active classifier (running servers switch within their poll interval)."""
+    from aio import classifier_registry as registry
+
+    with database(config) as engine:
+        try:
+            info = registry.promote(engine, version)
+        except registry.RegistryError as exc:
+            raise fail(str(exc)) from None
+    typer.echo(f"{info.version} is active")
+
+
+@classifier_app.command()
+def rollback(config: Path | None = ConfigOption) -> None:
+    """Re-activate the version that was active before the current one."""
+    from aio import classifier_registry as registry
+
+    with database(config) as engine:
+        try:
+            info = registry.rollback(engine)
+        except registry.RegistryError as exc:
+            raise fail(str(exc)) from None
+    typer.echo(f"rolled back: {info.version} is active")
+
+
+@router_app.command()
+def calibrate(large_share: float = typer.Option(..., "--large-share", min=0.0, max=1.0,
+                                                help="the share of routed traffic the large tier should get"),
+              since: str = typer.Option("7d", help="the traffic window: 7d, 36h, 2w"),
+              dry_run: bool = typer.Option(False, "--dry-run", help="print, store nothing"),
+              config: Path | None = ConfigOption) -> None:
+    """Set the quality threshold so that about --large-share of recent traffic goes to the large tier."""
+    from aio.calibrate import CalibrationError, calibrate_large_share
+    from aio.retrain import RetrainError, parse_since
+
+    try:
+        window = parse_since(since)
+    except RetrainError as exc:
+        raise fail(str(exc)) from None
+    with database(config) as engine:
+        router = _current_router(config, engine)
+        try:
+            report = calibrate_large_share(engine, router, large_share, window, apply=not dry_run)
+        except CalibrationError as exc:
+            raise fail(str(exc)) from None
+    shares = ", ".join(f"{t} {s:.1%}" for t, s in report.shares.items())
+    typer.echo(f"{'would set' if dry_run else 'set'} quality = {report.quality:.4f} from {report.num_requests} "
+               f"requests ({report.num_rescored} re-scored by {router.classifier.version}): {shares}")
+
+
+def _current_router(config: Path | None, engine):
+    from aio import classifier_registry as registry
+    from aio.classifier_loader import load_classifier
+    from aio.routing import Router
+    from aio.settings import TIER_ORDER, load_settings
+
+    settings = load_settings(config)
+    tiers = sorted(settings.tiers or TIER_ORDER, key=TIER_ORDER.index)
+    state = registry.router_state(engine)
+    return Router(load_classifier(settings.classifier_path, engine), tiers, settings.quality, state.offsets)

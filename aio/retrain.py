@@ -1,0 +1,224 @@
+"""`aio retrain`: a new classifier from the quality monitor's verdicts in the SQL log plus the seed data,
+evaluated against the classifier in service on held-out data, promoted only if it is not worse.
+
+Labels from the log: a verified low-tier answer that passed means that tier sufficed (label = its index); one that
+failed means the query needed the reference tier (label = the reference tier's index, normally large). The
+held-out set is a fixed hash split of all examples (`is_holdout`), so every retrain judges on the same kind of
+data and the shipped default never trained on the seed rows that are held out.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from aio import classifier_registry as registry
+from aio.db.models import Request, Verification
+from aio.db.records import utcnow
+from aio.settings import TIER_ORDER
+
+logger = logging.getLogger(__name__)
+
+HOLDOUT_PERCENT = 15
+RETRAIN_EVERY = timedelta(days=7)
+MIN_TRAIN_EXAMPLES = 20
+
+
+class RetrainError(ValueError):
+    """Retraining cannot go ahead (too little data, bad options): the classifier in service stays."""
+
+
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(text: str) -> timedelta:
+    """"7d", "36h", "2w", "90m" → a timedelta."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*", text or "")
+    if match is None:
+        raise RetrainError(f"--since takes a duration like 7d, 36h, 2w or 90m, got {text!r}")
+    value, unit = float(match.group(1)), match.group(2)
+    return timedelta(**{_UNITS[unit]: value})
+
+
+def is_holdout(text: str) -> bool:
+    return int(hashlib.sha1(text.encode("utf-8")).hexdigest()[:8], 16) % 100 < HOLDOUT_PERCENT
+
+
+@dataclass
+class Examples:
+    texts: list[str] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    def add(self, text: str, label: int, source: str) -> None:
+        self.texts.append(text)
+        self.labels.append(label)
+        self.sources.append(source)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for source in self.sources:
+            out[source] = out.get(source, 0) + 1
+        return out
+
+
+def log_examples(engine: Engine, since: timedelta | None = None) -> tuple[Examples, dict[str, int]]:
+    """One example per verified request whose prompt was logged (the latest verdict wins)."""
+    from classifier.features import messages_to_text
+
+    query = (sa.select(Request.request_id, Request.prompt, Verification.tier, Verification.reference_tier,
+                       Verification.passed)
+             .join(Verification, Verification.request_id == Request.request_id)
+             .order_by(Verification.created_at))
+    if since is not None:
+        query = query.where(Verification.created_at >= utcnow() - since)
+    latest: dict[str, tuple[str | None, str, str, bool]] = {}
+    with Session(engine) as session:
+        for request_id, prompt, tier, reference_tier, passed in session.execute(query):
+            latest[request_id] = (prompt, tier, reference_tier, passed)
+    examples, stats = Examples(), {"verified": len(latest), "redacted": 0, "unknown_tier": 0, "passed": 0,
+                                   "failed": 0}
+    for prompt, tier, reference_tier, passed in latest.values():
+        if prompt is None:
+            stats["redacted"] += 1
+            continue
+        label_tier = tier if passed else reference_tier
+        if label_tier not in TIER_ORDER:
+            stats["unknown_tier"] += 1
+            continue
+        try:
+            text = messages_to_text(json.loads(prompt))
+        except (ValueError, TypeError):
+            text = prompt
+        if not text.strip():
+            stats["redacted"] += 1
+            continue
+        stats["passed" if passed else "failed"] += 1
+        examples.add(text, TIER_ORDER.index(label_tier), "log")
+    return examples, stats
+
+
+def seed_examples(path: Path | None = None) -> Examples:
+    """The seed data shipped with the classifier (or a CSV with columns text,label[,source])."""
+    import csv
+    import gzip
+
+    examples = Examples()
+    if path is None:
+        from classifier.seed import load_seed_data
+
+        for text, label, source in zip(*load_seed_data()):
+            examples.add(text, int(label), f"seed:{source}")
+        return examples
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", newline="") as f:
+            for row in csv.DictReader(f):
+                examples.add(row["text"], int(row["label"]), f"seed:{row.get('source') or Path(path).name}")
+    except (OSError, KeyError, ValueError) as exc:
+        raise RetrainError(f"cannot read seed data {path}: {exc}") from exc
+    return examples
+
+
+def evaluate(classifier: Any, texts: Sequence[str], labels: Sequence[int]) -> dict[str, float]:
+    """Log loss (lower is better: calibrated probabilities are what routing thresholds read) and accuracy."""
+    if not texts:
+        return {"n": 0}
+    proba = np.asarray(classifier.predict_proba(list(texts)), dtype=np.float64)
+    y = np.minimum(np.asarray(labels), proba.shape[1] - 1)
+    picked = np.clip(proba[np.arange(len(y)), y], 1e-12, 1.0)
+    return {"n": int(len(y)), "log_loss": float(-np.log(picked).mean()),
+            "accuracy": float((proba.argmax(axis=1) == y).mean())}
+
+
+@dataclass
+class RetrainReport:
+    status: str  # "skipped" | "dry-run" | "promoted" | "rejected"
+    reason: str
+    candidate_version: str | None = None
+    current_version: str | None = None
+    candidate_metrics: dict[str, float] = field(default_factory=dict)
+    current_metrics: dict[str, float] = field(default_factory=dict)
+    data_counts: dict[str, int] = field(default_factory=dict)
+    path: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _default_train(texts: list[str], labels: list[int], n_tiers: int):
+    from classifier import ComplexityClassifier
+
+    return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers)
+
+
+def retrain(engine: Engine, current: Any, output_dir: Path, *, since: timedelta | None = None,
+            margin: float = 0.0, dry_run: bool = False, if_due: bool = False, seed_path: Path | None = None,
+            use_seed: bool = True, train: Callable[[list[str], list[int], int], Any] = _default_train,
+            now: datetime | None = None) -> RetrainReport:
+    """Trains a candidate and promotes it when its held-out log loss <= the current one's + margin."""
+    start = time.perf_counter()
+    now = now or utcnow()
+    if if_due:
+        last = registry.last_training(engine)
+        if last is not None and now - last < RETRAIN_EVERY:
+            return RetrainReport("skipped", f"not due: last trained {last:%Y-%m-%d %H:%M} UTC, "
+                                            f"less than {RETRAIN_EVERY.days} days ago", current_version=current.version)
+    log, log_stats = log_examples(engine, since)
+    data = seed_examples(seed_path) if use_seed else Examples()
+    for text, label, source in zip(log.texts, log.labels, log.sources):
+        data.add(text, label, source)
+    n_tiers = len(TIER_ORDER)
+    train_set, holdout = Examples(), Examples()
+    for text, label, source in zip(data.texts, data.labels, data.sources):
+        (holdout if is_holdout(text) else train_set).add(text, label, source)
+    counts = {**{f"train_{k}": v for k, v in train_set.counts().items()},
+              **{f"holdout_{k}": v for k, v in holdout.counts().items()},
+              "train": len(train_set), "holdout": len(holdout), **{f"log_{k}": v for k, v in log_stats.items()}}
+    if len(train_set) < MIN_TRAIN_EXAMPLES:
+        raise RetrainError(f"only {len(train_set)} training examples (need >= {MIN_TRAIN_EXAMPLES}): "
+                           f"{log_stats['passed'] + log_stats['failed']} usable verdicts in the log"
+                           + ("" if use_seed else " and no seed data"))
+    if len(set(train_set.labels)) < 2:
+        raise RetrainError(f"every training example has label {train_set.labels[0]}: a classifier needs two classes")
+    if not holdout.texts:
+        raise RetrainError("no held-out examples to compare the candidate with the current classifier")
+    try:
+        candidate = train(train_set.texts, train_set.labels, n_tiers)
+    except ValueError as exc:
+        raise RetrainError(f"training failed: {exc}") from exc
+    candidate_metrics = evaluate(candidate, holdout.texts, holdout.labels)
+    current_metrics = evaluate(current, holdout.texts, holdout.labels)
+    better = candidate_metrics["log_loss"] <= current_metrics["log_loss"] + margin
+    verdict = (f"held-out log loss {candidate_metrics['log_loss']:.4f} vs {current_metrics['log_loss']:.4f} "
+               f"for {current.version} (margin {margin})")
+    report = RetrainReport("dry-run" if dry_run else ("promoted" if better else "rejected"),
+                           ("not worse: " if better else "worse: ") + verdict, candidate.version, current.version,
+                           candidate_metrics, current_metrics, counts)
+    if not dry_run:
+        path = output_dir / candidate.version
+        candidate.save(path)
+        report.path = str(path)
+        registry.register(engine, version=candidate.version, kind=getattr(candidate, "kind", type(candidate).__name__),
+                          path=str(path), status="active" if better else "rejected",
+                          num_train_examples=len(train_set),
+                          metrics={"holdout": candidate_metrics, "current_holdout": current_metrics,
+                                   "training": getattr(candidate, "metrics", {}) or {}},
+                          data_counts=counts, parent_version=current.version, notes=report.reason)
+    report.seconds = time.perf_counter() - start
+    return report
