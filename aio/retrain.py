@@ -200,8 +200,8 @@ def retrain(engine: Engine, current: Any, output_dir: Path, *, since: timedelta 
         raise RetrainError("no held-out examples to compare the candidate with the current classifier")
     try:
         candidate = train(train_set.texts, train_set.labels, n_tiers)
-    except ValueError as exc:
-        raise RetrainError(f"training failed: {exc}") from exc
+    except Exception as exc:  # bad data or a broken encoder: report it, the current classifier stays
+        raise RetrainError(f"training failed: {type(exc).__name__}: {exc}") from exc
     candidate_metrics = evaluate(candidate, holdout.texts, holdout.labels)
     current_metrics = evaluate(current, holdout.texts, holdout.labels)
     better = candidate_metrics["log_loss"] <= current_metrics["log_loss"] + margin

@@ -52,44 +52,77 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> SchedulerOutput:
+        """Candidates in priority order, running before waiting within a priority: a waiting sequence that
+        outranks running ones is served before them, and takes blocks or a seat from the lowest-priority running
+        ones if it must; within one priority, running sequences go first and waiting ones in arrival order."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
-        index = 0
-        while index < len(self.running) and budget > 0:
-            seq = self.running[index]
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            assert num_new > 0, "a running sequence has nothing to compute"
-            while not self.block_manager.allocate_slots(seq, num_new):
-                victim = self.running[-1]  # lowest priority, latest arrival
-                self._preempt(victim)
-                out.preempted.append(victim)
-                if victim is seq:
-                    break
-            else:
-                out.scheduled.append(ScheduledSequence(seq, num_new))
-                budget -= num_new
-                index += 1
-                continue
-            break
-
-        if not out.preempted:
-            while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-                seq = self.waiting[0]
-                computed = self.block_manager.get_computed_blocks(seq)
-                num_cached = len(computed) * self.block_manager.block_size
-                num_new = min(seq.num_tokens - num_cached, budget)
-                if not self.block_manager.allocate_slots(seq, num_new, computed):
-                    break
-                self.waiting.pop(0)
-                if seq.num_preemptions == 0:
-                    seq.num_cached_tokens = num_cached
-                    self.block_manager.record_prefix_lookup(seq.num_prompt_tokens, num_cached)
-                seq.num_computed_tokens = num_cached
-                seq.status = SequenceStatus.RUNNING
-                bisect.insort(self.running, seq, key=lambda s: s.sort_key)
-                out.scheduled.append(ScheduledSequence(seq, num_new))
+        order = sorted([(s.priority, 0, s.arrival_index, s) for s in self.running] +
+                       [(s.priority, 1, s.arrival_index, s) for s in self.waiting], key=lambda c: c[:3])
+        admitting = True  # stops once a waiting sequence cannot be admitted (FCFS) or a running one was preempted
+        for _, is_waiting, _, seq in order:
+            if budget <= 0:
+                break
+            if not is_waiting:
+                if seq.status is not SequenceStatus.RUNNING:
+                    continue  # preempted earlier in this step
+                num_preempted = len(out.preempted)
+                num_new = self._schedule_running(seq, budget, out)
+                if len(out.preempted) > num_preempted:
+                    admitting = False  # blocks are short: admitting now would only preempt again (vLLM's rule)
+                if num_new is not None:
+                    budget -= num_new
+            elif admitting:
+                num_new = self._admit(seq, budget, out)
+                if num_new is None:
+                    admitting = False
+                    continue
                 budget -= num_new
         return out
+
+    def _schedule_running(self, seq: Sequence, budget: int, out: SchedulerOutput) -> int | None:
+        num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+        assert num_new > 0, "a running sequence has nothing to compute"
+        while not self.block_manager.allocate_slots(seq, num_new):
+            victim = self.running[-1]  # lowest priority, latest arrival: never one scheduled before it this step
+            self._preempt(victim)
+            out.preempted.append(victim)
+            if victim is seq:
+                return None
+        out.scheduled.append(ScheduledSequence(seq, num_new))
+        return num_new
+
+    def _admit(self, seq: Sequence, budget: int, out: SchedulerOutput) -> int | None:
+        while len(self.running) >= self.max_num_seqs:
+            if not self._preempt_lower(seq, out):
+                return None
+        computed = self.block_manager.get_computed_blocks(seq)
+        num_cached = len(computed) * self.block_manager.block_size
+        num_new = min(seq.num_tokens - num_cached, budget)
+        while not self.block_manager.allocate_slots(seq, num_new, computed):
+            if not self._preempt_lower(seq, out):
+                return None
+            computed = self.block_manager.get_computed_blocks(seq)  # the victim may have held prefix blocks
+            num_cached = len(computed) * self.block_manager.block_size
+            num_new = min(seq.num_tokens - num_cached, budget)
+        self.waiting.remove(seq)
+        if seq.num_preemptions == 0:
+            seq.num_cached_tokens = num_cached
+            self.block_manager.record_prefix_lookup(seq.num_prompt_tokens, num_cached)
+        seq.num_computed_tokens = num_cached
+        seq.status = SequenceStatus.RUNNING
+        bisect.insort(self.running, seq, key=lambda s: s.sort_key)
+        out.scheduled.append(ScheduledSequence(seq, num_new))
+        return num_new
+
+    def _preempt_lower(self, seq: Sequence, out: SchedulerOutput) -> bool:
+        """Preempts the lowest-priority running sequence if `seq` strictly outranks it."""
+        if not self.running or self.running[-1].priority <= seq.priority:
+            return False
+        victim = self.running[-1]
+        self._preempt(victim)
+        out.preempted.append(victim)
+        return True
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
