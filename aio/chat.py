@@ -103,6 +103,7 @@ class ChatService:
                        for name, t in tier_settings.items()}
         self.max_queue = {name: t.max_queue for name, t in tier_settings.items()}
         self.baseline_prices = self.prices[pool.tiers[-1].name]  # the largest tier: the all-large baseline
+        self.monitor = None  # a quality_monitor.QualityMonitor: finished answers are offered to it
 
     # ---- routing ------------------------------------------------------------------------------------------
 
@@ -321,6 +322,8 @@ class ChatService:
             if choice.finish_reason is not None:
                 self.metrics.request_success.labels(*labels, _finish_reason(choice.finish_reason)).inc()
         first = state.choices[0]
+        if self.monitor is not None and state.status == "ok" and chat.decision is not None:
+            self._offer(chat, first.text)
         self._log(RequestRecord(
             request_id=ctx.request_id, status=state.status, created_at=ctx.created_at, tier=tier.name,
             model=tier.model, routing_reason=chat.decision.reason, classifier_version=chat.decision.classifier_version,
@@ -333,6 +336,18 @@ class ChatService:
             finish_reason=_finish_reason(first.finish_reason) if first.finish_reason else None,
             stream=bool(chat.body.stream), num_choices=len(state.choices), http_status=state.http_status,
             error=state.error))
+
+    def _offer(self, chat: PreparedChat, answer: str) -> None:
+        from quality_monitor import Candidate
+
+        quality = self.router.quality if chat.quality is None else chat.quality
+        threshold = quality + self.router.offsets.get(chat.tier.name, 0.0)
+        try:
+            self.monitor.offer(Candidate(chat.ctx.request_id, chat.tier.name, chat.messages, answer,
+                                         chat.params[0].max_tokens, chat.decision.score, threshold,
+                                         chat.decision.classifier_version))
+        except Exception:  # verification is best effort: never fail the request over it
+            logger.exception("offering request %s to the quality monitor failed", chat.ctx.request_id)
 
     def _log(self, record: RequestRecord) -> None:
         try:

@@ -135,6 +135,8 @@ class RouterState:
     offsets: dict[str, float]
     updated_at: datetime | None
     updated_by: str | None
+    retrain_due_at: datetime | None = None
+    retrain_due_reason: str | None = None
 
 
 def router_state(engine: Engine) -> RouterState:
@@ -143,12 +145,13 @@ def router_state(engine: Engine) -> RouterState:
         if row is None:
             return RouterState(None, {}, None, None)
         return RouterState(row.quality, {k: float(v) for k, v in (row.offsets or {}).items()}, row.updated_at,
-                           row.updated_by)
+                           row.updated_by, row.retrain_due_at, row.retrain_due_reason)
 
 
 def set_router_state(engine: Engine, *, updated_by: str, quality: float | None = None,
-                     offsets: dict[str, float] | None = None, note: str | None = None) -> RouterState:
-    """Sets the given fields (None leaves a field as it is)."""
+                     offsets: dict[str, float] | None = None, note: str | None = None,
+                     retrain_due_reason: str | None = None) -> RouterState:
+    """Sets the given fields (None leaves a field as it is); a retrain_due_reason marks a retrain due."""
     if quality is not None and not 0.0 <= quality <= 1.0:
         raise RegistryError(f"quality must be in [0, 1], got {quality}")
     with Session(engine) as session, session.begin():
@@ -160,5 +163,14 @@ def set_router_state(engine: Engine, *, updated_by: str, quality: float | None =
             row.quality = quality
         if offsets is not None:
             row.offsets = dict(offsets)
+        if retrain_due_reason is not None:
+            row.retrain_due_at, row.retrain_due_reason = utcnow(), retrain_due_reason
         row.updated_at, row.updated_by, row.note = utcnow(), updated_by, note
     return router_state(engine)
+
+
+def clear_retrain_due(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        row = session.get(RouterSettings, ROUTER_SETTINGS_ID)
+        if row is not None:
+            row.retrain_due_at = row.retrain_due_reason = None

@@ -86,6 +86,7 @@ def _register_subcommands() -> None:
     from aio.commands.classifier import classifier_app, router_app
     from aio.commands.db import db_app
     from aio.commands.keys import keys_app
+    from aio.commands.monitor import monitor
     from aio.commands.retrain import retrain
 
     app.add_typer(db_app, name="db", help="database migrations")
@@ -93,6 +94,7 @@ def _register_subcommands() -> None:
     app.add_typer(classifier_app, name="classifier", help="router classifier versions")
     app.add_typer(router_app, name="router", help="routing thresholds")
     app.command("retrain")(retrain)
+    app.command("monitor")(monitor)
 
 
 _register_subcommands()

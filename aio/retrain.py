@@ -176,9 +176,11 @@ def retrain(engine: Engine, current: Any, output_dir: Path, *, since: timedelta 
     now = now or utcnow()
     if if_due:
         last = registry.last_training(engine)
-        if last is not None and now - last < RETRAIN_EVERY:
+        flagged = registry.router_state(engine).retrain_due_at
+        if last is not None and now - last < RETRAIN_EVERY and (flagged is None or flagged < last):
             return RetrainReport("skipped", f"not due: last trained {last:%Y-%m-%d %H:%M} UTC, "
-                                            f"less than {RETRAIN_EVERY.days} days ago", current_version=current.version)
+                                            f"less than {RETRAIN_EVERY.days} days ago, and the quality monitor "
+                                            "has not asked for one since", current_version=current.version)
     log, log_stats = log_examples(engine, since)
     data = seed_examples(seed_path) if use_seed else Examples()
     for text, label, source in zip(log.texts, log.labels, log.sources):
@@ -220,5 +222,6 @@ def retrain(engine: Engine, current: Any, output_dir: Path, *, since: timedelta 
                           metrics={"holdout": candidate_metrics, "current_holdout": current_metrics,
                                    "training": getattr(candidate, "metrics", {}) or {}},
                           data_counts=counts, parent_version=current.version, notes=report.reason)
+        registry.clear_retrain_due(engine)
     report.seconds = time.perf_counter() - start
     return report

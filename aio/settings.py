@@ -67,6 +67,22 @@ class Settings(BaseSettings):
     admin_key: str | None = None
     classifier_path: Path | None = None  # pin a saved classifier folder; default: the active version in the DB
     classifier_poll_interval_s: float = Field(10.0, gt=0)  # how often servers look for a new version/thresholds
+    # the quality monitor (names as AIO_QUALITY_SAMPLE_RATE etc.)
+    monitor_mode: str = Field("serve", pattern="^(serve|external|off)$")  # external: run `aio monitor` apart
+    quality_sample_rate: float = Field(0.05, ge=0, le=1)
+    quality_pass_threshold: float = Field(0.85, ge=0, le=1)  # similarity at or above which an answer passes
+    quality_window: int = Field(100, ge=1)  # verdicts per tier the failure rate is computed over
+    quality_min_verdicts: int = Field(20, ge=1)  # before any threshold change
+    quality_max_failure_rate: float = Field(0.15, ge=0, le=1)
+    quality_recover_rate: float = Field(0.08, ge=0, le=1)
+    quality_step: float = Field(0.05, gt=0, le=1)  # threshold offset change per adjustment
+    quality_max_offset: float = Field(0.3, ge=0, le=1)
+    quality_cooldown: int = Field(25, ge=1)  # verdicts between two adjustments of one tier
+    quality_queue_size: int = Field(64, ge=1)
+    quality_budget_tokens_per_hour: int = Field(200_000, ge=0)
+    quality_max_concurrent: int = Field(1, ge=1)  # replays at once
+    quality_replay_priority: int = Field(10, ge=1)  # engine priority of replays (live traffic is 0)
+    quality_replay_max_tokens: int = Field(1024, ge=1)
     log_batch_size: int = Field(256, ge=1)
     log_flush_interval_s: float = Field(0.5, gt=0)
 

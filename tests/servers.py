@@ -56,13 +56,14 @@ def server_env(home: Path, database_url: str, admin_key: str, **extra: str) -> d
     return env
 
 
-def start_server(config: Path, home: Path, database_url: str, admin_key: str = "test-admin-key",
+def start_server(config: Path | None, home: Path, database_url: str, admin_key: str = "test-admin-key",
                  timeout: float = 120.0, **extra_env: str) -> LiveServer:
+    """`config` None: the embedded default (demo tiers built in `home`)."""
     port = free_port()
     log_path = home / f"server-{port}.log"
     log = open(log_path, "wb")
-    process = subprocess.Popen(aio_command("serve", "--port", str(port), "--config", str(config),
-                                           "--log-level", "warning"),
+    config_args = ["--config", str(config)] if config is not None else []
+    process = subprocess.Popen(aio_command("serve", "--port", str(port), *config_args, "--log-level", "warning"),
                                env=server_env(home, database_url, admin_key, **extra_env), stdout=log,
                                stderr=subprocess.STDOUT)
     server = LiveServer(process, f"http://127.0.0.1:{port}", admin_key, database_url, log_path)

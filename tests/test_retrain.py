@@ -242,4 +242,13 @@ def test_cli_classifier_and_router_commands(database_url, tmp_path):
     run("classifier", "promote", "a1")
     assert "a2 is active" in run("classifier", "rollback")
     assert "routed requests" in run("router", "calibrate", "--large-share", "0.2", code=1)
+    assert "offsets: none" in run("router", "thresholds")
+    shown = run("router", "thresholds", "--small", "0.1", "--quality", "0.6")
+    assert "'small': 0.1" in shown and "quality: 0.6000" in shown
+    db = make_engine(database_url)
+    try:
+        assert registry.router_state(db).offsets == {"small": 0.1}
+    finally:
+        db.dispose()
+    assert "offsets: none" in run("router", "thresholds", "--reset")
     assert "stays in service" in run("retrain", "--no-seed", code=1)

@@ -88,3 +88,32 @@ def _current_router(config: Path | None, engine):
     tiers = sorted(settings.tiers or TIER_ORDER, key=TIER_ORDER.index)
     state = registry.router_state(engine)
     return Router(load_classifier(settings.classifier_path, engine), tiers, settings.quality, state.offsets)
+
+
+@router_app.command()
+def thresholds(small: float | None = typer.Option(None, help="set the small tier's threshold offset (0 = none)"),
+               medium: float | None = typer.Option(None, help="set the medium tier's threshold offset"),
+               quality: float | None = typer.Option(None, min=0.0, max=1.0, help="set the deployment's quality"),
+               reset: bool = typer.Option(False, "--reset", help="clear every offset"),
+               config: Path | None = ConfigOption) -> None:
+    """Show the routing thresholds, or override them by hand (the quality monitor moves the offsets too)."""
+    from aio import classifier_registry as registry
+
+    with database(config) as engine:
+        state = registry.router_state(engine)
+        offsets = {} if reset else dict(state.offsets)
+        for tier, value in (("small", small), ("medium", medium)):
+            if value is not None:
+                if not -1.0 <= value <= 1.0:
+                    raise fail(f"--{tier} must be in [-1, 1], got {value}")
+                offsets[tier] = value
+        if reset or small is not None or medium is not None or quality is not None:
+            try:
+                state = registry.set_router_state(engine, quality=quality, offsets=offsets,
+                                                  updated_by="aio router thresholds", note="set by hand")
+            except registry.RegistryError as exc:
+                raise fail(str(exc)) from None
+    shown_quality = "settings default" if state.quality is None else f"{state.quality:.4f}"
+    typer.echo(f"quality: {shown_quality}; offsets: {state.offsets or 'none'}"
+               + (f"; updated by {state.updated_by} at {state.updated_at:%Y-%m-%d %H:%M} UTC" if state.updated_at else "")
+               + (f"; retrain due: {state.retrain_due_reason}" if state.retrain_due_at else ""))

@@ -83,7 +83,7 @@ class Verification(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     request_id: Mapped[str] = mapped_column(sa.ForeignKey("requests.request_id"), index=True)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     tier: Mapped[str] = mapped_column(sa.String)  # the verified tier
     reference_tier: Mapped[str] = mapped_column(sa.String)
     reference_model: Mapped[str | None] = mapped_column(sa.String)
@@ -92,6 +92,12 @@ class Verification(Base):
     passed: Mapped[bool]
     method: Mapped[str] = mapped_column(sa.String)
     detail: Mapped[dict[str, Any] | None]
+    answer: Mapped[str | None] = mapped_column(sa.Text)  # the verified (low-tier) answer
+    classifier_version: Mapped[str | None] = mapped_column(sa.String)
+    routing_score: Mapped[float | None]
+    judge_prompt_tokens: Mapped[int] = mapped_column(default=0, server_default="0")
+    judge_completion_tokens: Mapped[int] = mapped_column(default=0, server_default="0")
+    judge_cost_usd: Mapped[float] = mapped_column(default=0.0, server_default="0")  # never in user-facing cost
 
 
 class ClassifierVersion(Base):
@@ -124,6 +130,8 @@ class RouterSettings(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_by: Mapped[str] = mapped_column(sa.String)
     note: Mapped[str | None] = mapped_column(sa.Text)
+    retrain_due_at: Mapped[datetime | None]  # set by the quality monitor; `aio retrain --if-due` clears it
+    retrain_due_reason: Mapped[str | None] = mapped_column(sa.Text)
 
 
 class DailyAggregate(Base):

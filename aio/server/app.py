@@ -45,6 +45,7 @@ class AppState:
     metrics: Metrics
     db: object  # sqlalchemy Engine
     watch_task: asyncio.Task
+    monitor: object | None = None  # quality_monitor.QualityMonitor
 
     @property
     def classifier(self) -> Classifier:
@@ -108,12 +109,36 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
         raise
     metrics = Metrics(lambda: [(t.name, t.model, t.load()) for t in pool])
     service = ChatService(pool, router, tier_settings, log_writer, metrics, settings.log_prompts)
+    monitor = _start_monitor(settings, pool, service, router, db, log_writer, metrics)
     watch_task = asyncio.create_task(watcher.run(), name="aio-router-watch")
-    return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task)
+    return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task,
+                    monitor)
+
+
+def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, router: Router, db, log_writer,
+                   metrics: Metrics):
+    """The quality monitor inside the server (monitor_mode = "serve"): replays on the largest tier."""
+    reference = pool.tiers[-1]
+    if settings.monitor_mode != "serve" or len(pool) < 2 or reference.name != "large":
+        return None
+    from aio.monitoring import MonitorCollector, SqlVerdictStore, build_monitor
+
+    def on_change(change, offsets) -> None:
+        router.offsets = dict(offsets)  # this replica at once; the others within their poll interval
+
+    monitor = build_monitor(settings, reference, service.prices[reference.name],
+                            SqlVerdictStore(db, flush_log=log_writer.flush), on_change)
+    monitor.start()
+    service.monitor = monitor
+    metrics.registry.register(MonitorCollector(monitor))
+    return monitor
 
 
 async def _stop(state: AppState) -> None:
     state.watch_task.cancel()
+    if state.monitor is not None:
+        state.service.monitor = None
+        await state.monitor.stop()
     await state.pool.aclose()
     await asyncio.to_thread(state.log_writer.close)
     state.db.dispose()
