@@ -93,7 +93,8 @@ class GenerationState:
 
 class ChatService:
     def __init__(self, pool: TierPool, router: Router, tier_settings: dict[str, TierSettings], log: RequestLog,
-                 metrics: Metrics, log_prompts: bool = True) -> None:
+                 metrics: Metrics, log_prompts: bool = True, max_concurrent_requests: int = 1024,
+                 queue_timeout_s: float = 60.0, tier_retry_after_s: float = 5.0) -> None:
         self.pool = pool
         self.router = router
         self.log = log
@@ -104,6 +105,11 @@ class ChatService:
         self.max_queue = {name: t.max_queue for name, t in tier_settings.items()}
         self.baseline_prices = self.prices[pool.tiers[-1].name]  # the largest tier: the all-large baseline
         self.monitor = None  # a quality_monitor.QualityMonitor: finished answers are offered to it
+        self.max_concurrent_requests = max_concurrent_requests
+        self.queue_timeout_s = queue_timeout_s
+        self.tier_retry_after_s = tier_retry_after_s
+        self._in_flight = 0  # opened and not finished
+        self._down_until: dict[str, float] = {}  # tiers marked down after a failure, until then
 
     # ---- routing ------------------------------------------------------------------------------------------
 
@@ -134,13 +140,23 @@ class ChatService:
                 raise APIError(404, f"the model {body.model!r} does not exist; models: {', '.join(names)}",
                                param="model", code="model_not_found")
             decision = RoutingDecision(tier.name, "explicit")
+        if self._in_flight >= self.max_concurrent_requests:
+            raise APIError(429, f"the server is at its limit of {self.max_concurrent_requests} concurrent requests; "
+                                "retry later", code="server_busy", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
         tier, num_prompt_tokens = await self._fit_context(decision.tier, messages, max_tokens)
         if tier.name != decision.tier:
             decision = RoutingDecision(tier.name, "escalation", decision.score, decision.scores,
                                        decision.classifier_version)
-        if not tier.is_available():
-            raise APIError(503, f"tier {tier.name} is unavailable; retry later", code="tier_unavailable",
-                           retry_after_s=5)
+        if not self.is_up(tier):
+            probe = PreparedChat(ctx, body, messages, tier, decision, body.aio_quality, num_prompt_tokens, [])
+            probe.params = [self._sampling_params(body, max_tokens or 1, 0)]
+            fallback = await self._fallback(probe)
+            if fallback is None:
+                raise APIError(503, f"tier {tier.name} is unavailable and no larger tier can take the request; "
+                                    "retry later", code="tier_unavailable", retry_after_s=self.tier_retry_after_s)
+            tier, num_prompt_tokens = fallback
+            decision = RoutingDecision(tier.name, "fallback", decision.score, decision.scores,
+                                       decision.classifier_version)
         if tier.load().num_waiting >= self.max_queue.get(tier.name, 256):
             raise APIError(429, f"tier {tier.name} has too many queued requests; retry later", code="queue_full",
                            retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
@@ -241,11 +257,53 @@ class ChatService:
         return [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, p) for t, p in lp.top]}
                 for lp in chunk.logprobs or []]
 
+    @dataclass
+    class Opened:
+        """A generation that has produced its first chunk (or failed before it, see `error`)."""
+        chat: PreparedChat
+        state: GenerationState
+        chunks: AsyncIterator[tuple[int, ChatChunk]] | None
+        first: tuple[int, ChatChunk] | None
+
+    async def open(self, chat: PreparedChat) -> "ChatService.Opened":
+        """Starts generating and waits for the first chunk. A tier that fails before answering is marked down
+        and the request falls back to the next larger tier that is up; past `queue_timeout_s` without a first
+        chunk the request is refused (503), not served late. Raises APIError (the request is logged)."""
+        self._in_flight += 1
+        while True:
+            state = GenerationState([ChoiceState() for _ in chat.params])
+            chunks = self._generate(chat, state)
+            try:
+                first = await asyncio.wait_for(anext(chunks), self.queue_timeout_s)
+                return self.Opened(chat, state, chunks, first)
+            except StopAsyncIteration:
+                return self.Opened(chat, state, None, None)
+            except asyncio.TimeoutError:
+                error = APIError(503, f"tier {chat.tier.name} did not start answering within {self.queue_timeout_s:g} s; "
+                                      "retry later", code="queue_timeout", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+            except InvalidRequestError as exc:
+                error = invalid_request(str(exc))
+            except Exception as exc:  # the tier failed before answering: mark it down, try a larger one
+                self.mark_down(chat.tier.name, exc)
+                fallback = await self._fallback(chat)
+                if fallback is not None:
+                    chat.tier, chat.num_prompt_tokens = fallback
+                    chat.decision = RoutingDecision(chat.tier.name, "fallback", chat.decision.score,
+                                                    chat.decision.scores, chat.decision.classifier_version)
+                    continue
+                error = self._api_error(exc)
+            await chunks.aclose()
+            state.status, state.error, state.http_status = "error", error.message, error.status_code
+            self._finish(chat, state)
+            raise error
+
     async def complete(self, chat: PreparedChat) -> dict[str, Any]:
-        state = GenerationState([ChoiceState() for _ in chat.params])
+        opened = await self.open(chat)
+        chat, state = opened.chat, opened.state
         try:
-            async for _ in self._generate(chat, state):
-                pass
+            if opened.chunks is not None:
+                async for _ in opened.chunks:
+                    pass
         except BaseException as exc:
             self._fail(state, exc)
             raise self._api_error(exc) from exc
@@ -253,14 +311,23 @@ class ChatService:
             self._finish(chat, state)
         return self._completion_body(chat, state)
 
-    async def stream(self, chat: PreparedChat) -> AsyncIterator[str]:
-        """Server-sent events: the role first, content deltas, a finish chunk per choice, usage if asked, [DONE]."""
-        state = GenerationState([ChoiceState() for _ in chat.params])
+    async def stream(self, opened: "ChatService.Opened") -> AsyncIterator[str]:
+        """Server-sent events: the role first, content deltas, a finish chunk per choice, usage if asked, [DONE].
+        `opened` comes from `open`, so a request refused before its first token gets a plain HTTP error."""
+        chat, state = opened.chat, opened.state
         include_usage = bool(chat.body.stream_options and chat.body.stream_options.include_usage)
+
+        async def chunks():
+            if opened.first is not None:
+                yield opened.first
+            if opened.chunks is not None:
+                async for item in opened.chunks:
+                    yield item
+
         try:
             for i in range(len(chat.params)):
                 yield _sse(self._chunk(chat, i, {"role": "assistant", "content": ""}, None, include_usage))
-            async for index, chunk in self._generate(chat, state):
+            async for index, chunk in chunks():
                 if chunk.delta_text or chunk.logprobs:
                     logprobs = {"content": self._logprob_entries(chat.tier, chunk)} if chunk.logprobs else None
                     yield _sse(self._chunk(chat, index, {"content": chunk.delta_text}, None, include_usage, logprobs))
@@ -272,27 +339,52 @@ class ChatService:
                             "aio": self._aio_fields(chat, state)})
             yield "data: [DONE]\n\n"
         except (asyncio.CancelledError, GeneratorExit):
-            state.status, state.http_status = "aborted", 499  # the client went away
+            state.status, state.http_status = "cancelled", 499  # the client went away
             raise
         except Exception as exc:
             self._fail(state, exc)
             yield _sse(self._api_error(exc).body())
             yield "data: [DONE]\n\n"
         finally:
+            if opened.chunks is not None:
+                await opened.chunks.aclose()
             self._finish(chat, state)
+
+    # ---- tier health --------------------------------------------------------------------------------------
+
+    def is_up(self, tier: Tier) -> bool:
+        return tier.is_available() and time.monotonic() >= self._down_until.get(tier.name, 0.0)
+
+    def mark_down(self, name: str, exc: BaseException) -> None:
+        retry = exc.retry_after_s if isinstance(exc, TierUnavailableError) else self.tier_retry_after_s
+        self._down_until[name] = time.monotonic() + retry
+        logger.warning("tier %s marked down for %.0f s: %s: %s", name, retry, type(exc).__name__, exc)
+
+    async def _fallback(self, chat: PreparedChat) -> tuple[Tier, int] | None:
+        """The next larger tier that is up and holds the request."""
+        max_tokens = chat.params[0].max_tokens if chat.body.max_completion_tokens or chat.body.max_tokens else None
+        for tier in self.pool.tiers[self.pool.index(chat.tier.name) + 1:]:
+            if not self.is_up(tier):
+                continue
+            num_prompt = await asyncio.to_thread(tier.count_prompt_tokens, chat.messages)
+            if num_prompt + (max_tokens or 1) <= tier.max_model_len:
+                return tier, num_prompt
+        return None
 
     # ---- accounting ---------------------------------------------------------------------------------------
 
     @staticmethod
     def _fail(state: GenerationState, exc: BaseException) -> None:
         if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
-            state.status, state.http_status = "aborted", 499
+            state.status, state.http_status = "cancelled", 499
         else:
             state.status, state.error = "error", f"{type(exc).__name__}: {exc}"
             state.http_status = 503 if isinstance(exc, TierUnavailableError) else 500
 
     @staticmethod
     def _api_error(exc: BaseException) -> APIError:
+        if isinstance(exc, APIError):
+            return exc
         if isinstance(exc, TierUnavailableError):
             return APIError(503, str(exc), code="tier_unavailable", retry_after_s=exc.retry_after_s)
         if isinstance(exc, InvalidRequestError):
@@ -305,6 +397,7 @@ class ChatService:
         return prices.cost(*tokens), self.baseline_prices.cost(*tokens)
 
     def _finish(self, chat: PreparedChat, state: GenerationState) -> None:
+        self._in_flight -= 1
         now = time.perf_counter()
         tier, ctx = chat.tier, chat.ctx
         cost, baseline = self._costs(chat, state)

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     quality: float = Field(0.5, ge=0, le=1)  # 0 = cheapest, 1 = best; per request: `aio_quality` in the body
     log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
     max_body_bytes: int = Field(4 << 20, ge=1024)
+    max_concurrent_requests: int = Field(1024, ge=1)  # in flight over all tiers; beyond: 429
+    queue_timeout_s: float = Field(60.0, gt=0)  # no first token by then: refused with 503, not served late
+    tier_retry_after_s: float = Field(5.0, gt=0)  # a failed tier is skipped this long, then tried again
     admin_key: str | None = None
     classifier_path: Path | None = None  # pin a saved classifier folder; default: the active version in the DB
     classifier_poll_interval_s: float = Field(10.0, gt=0)  # how often servers look for a new version/thresholds
@@ -83,6 +86,7 @@ class Settings(BaseSettings):
     quality_max_concurrent: int = Field(1, ge=1)  # replays at once
     quality_replay_priority: int = Field(10, ge=1)  # engine priority of replays (live traffic is 0)
     quality_replay_max_tokens: int = Field(1024, ge=1)
+    log_buffer_size: int = Field(10_000, ge=1)  # records held in memory while the database is away; then spilled
     log_batch_size: int = Field(256, ge=1)
     log_flush_interval_s: float = Field(0.5, gt=0)
 

@@ -76,14 +76,14 @@ class ListLog:
         self.records.append(record)
 
 
-def make_service(tiers, proba=(0.2, 0.5, 0.3), quality=0.5):
+def make_service(tiers, proba=(0.2, 0.5, 0.3), quality=0.5, **options):
     pool = TierPool(tiers)
     settings = {t.name: TierSettings(path="/x", input_price_per_million=(i + 1) * 1.0,
                                      output_price_per_million=(i + 1) * 2.0, max_queue=2)
                 for i, t in enumerate(tiers)}
     log = ListLog()
     service = ChatService(pool, Router(FixedClassifier(proba), [t.name for t in tiers], quality), settings, log,
-                          Metrics())
+                          Metrics(), **options)
     return service, log
 
 
@@ -145,15 +145,19 @@ def test_escalation_on_context_overflow_and_refusal_when_nothing_fits():
 
 
 def test_unavailable_and_busy_tiers():
-    tiers = [FakeTier("small", available=False), FakeTier("large", waiting=2)]
-    service, log = make_service(tiers, proba=(1.0, 0.0, 0.0))
+    service, log = make_service([FakeTier("small", available=False)], proba=(1.0,))
     with pytest.raises(APIError) as info:
         run(service.prepare(request(), RequestContext()))
     assert info.value.status_code == 503 and info.value.headers()["Retry-After"]
-    with pytest.raises(APIError) as info:
-        run(service.prepare(request(model="large"), RequestContext()))
+    tiers = [FakeTier("small", available=False), FakeTier("large", waiting=2)]
+    service, log = make_service(tiers, proba=(1.0, 0.0, 0.0))
+    with pytest.raises(APIError) as info:  # small is down, its fallback is full
+        run(service.prepare(request(), RequestContext()))
     assert info.value.status_code == 429 and info.value.headers()["Retry-After"] == "1"
-    assert len(log.records) == 2
+    tiers[1].waiting = 0
+    chat = run(service.prepare(request(), RequestContext()))
+    assert chat.tier.name == "large" and chat.decision.reason == "fallback"
+    assert [r.status for r in log.records] == ["rejected"]
 
 
 def test_a_failure_after_the_stream_started_is_an_error_event_then_done():
@@ -161,7 +165,7 @@ def test_a_failure_after_the_stream_started_is_an_error_event_then_done():
     chat = run(service.prepare(request(stream=True, max_tokens=3), RequestContext()))
 
     async def collect():
-        return [event async for event in service.stream(chat)]
+        return [event async for event in service.stream(await service.open(chat))]
 
     events = run(collect())
     payloads = [json.loads(e[6:]) for e in events[:-1]]
@@ -209,3 +213,52 @@ def test_message_normalisation():
     with pytest.raises(APIError) as info:
         run(service.prepare(image, RequestContext()))
     assert info.value.code == "unsupported_content" and info.value.param == "messages.0.content.0"
+
+
+def test_a_failing_tier_falls_back_to_a_larger_one_is_skipped_then_retried():
+    small, large = FakeTier("small", fail_after=0), FakeTier("large")
+    service, log = make_service([small, large], proba=(1.0, 0.0, 0.0), tier_retry_after_s=0.2)
+    body = run(service.complete(run(service.prepare(request(max_tokens=2), RequestContext()))))
+    assert body["model"] == "model-large" and body["aio"]["routing_reason"] == "fallback"
+    assert [r.tier for r in log.records] == ["large"] and log.records[0].status == "ok"
+    chat = run(service.prepare(request(), RequestContext()))  # small is marked down: skipped up front
+    assert chat.tier.name == "large" and chat.decision.reason == "fallback"
+    run(service.complete(chat))
+    import time as _time
+    _time.sleep(0.25)
+    small.fail_after = None  # it recovered
+    chat = run(service.prepare(request(), RequestContext()))
+    assert chat.tier.name == "small" and chat.decision.reason == "classifier"
+    run(service.complete(chat))
+    assert service._in_flight == 0
+
+
+def test_a_request_that_cannot_start_in_time_is_refused_not_served_late():
+    class StuckTier(FakeTier):
+        async def stream_chat(self, messages, params, request_id, priority=0):
+            await asyncio.sleep(30)
+            yield ChatChunk(delta_text="late")
+
+    service, log = make_service([StuckTier("small")], proba=(1.0,), queue_timeout_s=0.2)
+    chat = run(service.prepare(request(), RequestContext()))
+    with pytest.raises(APIError) as info:
+        run(service.complete(chat))
+    assert info.value.status_code == 503 and info.value.code == "queue_timeout" and info.value.headers()["Retry-After"]
+    assert log.records[0].status == "error" and log.records[0].http_status == 503 and service._in_flight == 0
+
+
+def test_the_global_concurrency_limit():
+    service, log = make_service([FakeTier("small")], proba=(1.0,), max_concurrent_requests=1)
+
+    async def scenario():
+        first = await service.prepare(request(), RequestContext())
+        opened = await service.open(first)  # one request in flight
+        with pytest.raises(APIError) as info:
+            await service.prepare(request(), RequestContext())
+        async for _ in service.stream(opened):
+            pass
+        second = await service.prepare(request(), RequestContext())  # the slot is free again
+        return info.value, second
+
+    error, second = run(scenario())
+    assert error.status_code == 429 and error.code == "server_busy" and second.tier.name == "small"

@@ -79,7 +79,7 @@ def make_records(count: int, seed: int = 0, prefix: str = "req") -> list[Request
     for i in range(count):
         tier = rng.choice(["small", "medium", "large", None])
         records.append(RequestRecord(
-            request_id=f"{prefix}-{i}", status=rng.choice(["ok", "ok", "ok", "error", "aborted", "rejected"]),
+            request_id=f"{prefix}-{i}", status=rng.choice(["ok", "ok", "ok", "error", "cancelled", "rejected"]),
             created_at=(start + timedelta(minutes=rng.randrange(0, 3 * 24 * 60), microseconds=rng.randrange(10**6)))
             .astimezone(rng.choice(zones)),
             tier=tier, model=tier and f"model-{tier}", routing_reason=rng.choice(["classifier", "explicit", None]),
@@ -243,6 +243,44 @@ def test_records_survive_an_outage_and_land_exactly_once(engine, writer_engine, 
     infos = [r for r in caplog.records if r.levelno == logging.INFO]
     assert len(warnings) == 1 and "cannot write" in warnings[0].getMessage()  # once per outage
     assert len(infos) == 1 and "again" in infos[0].getMessage()
+
+
+def test_a_long_outage_spills_to_disk_with_memory_bounded_and_loses_nothing(engine, writer_engine, request,
+                                                                             tmp_path):
+    records = make_records(400, seed=5, prefix="spill")
+    writer = LogWriter(writer_engine, batch_size=32, flush_interval_s=0.05, retry_max_s=0.3, max_buffer=50,
+                       spill_dir=tmp_path / "spill")
+    writer.start()
+    with outage(engine, request):
+        for record in records[:300]:
+            writer.submit(record)
+        stats = writer.stats()
+        assert stats.pending == 300 and 200 <= stats.spilled <= 250  # memory holds at most the buffer + a batch
+        assert sum(1 for _ in (tmp_path / "spill").glob("*.jsonl")) == 1
+    for record in records[300:]:
+        writer.submit(record)
+    assert writer.flush(timeout=60)
+    assert writer.close()
+    assert writer.stats().spilled == 0 and writer.stats().written == 400
+    assert stored_requests(engine).keys() == {r.request_id for r in records}
+    assert_aggregates_match_requests(engine)
+    assert not list((tmp_path / "spill").glob("spill-*"))
+
+
+def test_records_spilled_by_a_dead_process_are_adopted(engine, tmp_path):
+    from aio.db.spill import SpillFile
+
+    records = make_records(20, seed=6, prefix="orphan")
+    dead = SpillFile(tmp_path / "spill")
+    for record in records:
+        dead.append(record)
+    dead.path.rename(tmp_path / "spill" / "spill-999999999-deadbeef.jsonl")  # a pid that cannot exist
+    with (tmp_path / "spill" / "spill-999999999-deadbeef.jsonl").open("a") as f:
+        f.write('{"torn": ')  # a crash in the middle of a line
+    writer = LogWriter(engine, batch_size=8, flush_interval_s=0.05, spill_dir=tmp_path / "spill")
+    writer.start()
+    assert writer.flush(timeout=30) and writer.close()
+    assert {r.request_id for r in records} <= stored_requests(engine).keys()
 
 
 def test_close_flushes_pending_records_and_reports_what_it_cannot_write(engine, writer_engine, request, caplog):

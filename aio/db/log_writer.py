@@ -18,6 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,6 +28,7 @@ from sqlalchemy.engine import Engine
 from aio.db.database import safe_url
 from aio.db.models import DailyAggregate, Request
 from aio.db.records import RequestRecord
+from aio.db.spill import SpillFile
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ class LogWriterStats:
     failures: int  # failed write attempts (each retried)
     dropped: int  # records the database refused (see the module docstring)
     in_outage: bool  # the last write attempt failed
+    spilled: int = 0  # records waiting in the spill file (the buffer was full)
 
 
 class LogWriter:
@@ -55,7 +58,8 @@ class LogWriter:
     """
 
     def __init__(self, engine: Engine, batch_size: int = 256, flush_interval_s: float = 0.5, *,
-                 retry_initial_s: float = 0.1, retry_max_s: float = 5.0) -> None:
+                 retry_initial_s: float = 0.1, retry_max_s: float = 5.0, max_buffer: int = 10_000,
+                 spill_dir: Path | None = None) -> None:
         if engine.dialect.name not in _INSERTS:
             raise ValueError(f"the SQL log supports {sorted(_INSERTS)}, not {engine.dialect.name!r}")
         if batch_size < 1 or flush_interval_s <= 0:
@@ -78,6 +82,11 @@ class LogWriter:
         self._abandon = threading.Event()  # close() timed out: the worker stops retrying
         self._outage_since: float | None = None
         self._thread: threading.Thread | None = None
+        self._max_buffer = max_buffer  # records kept in memory; beyond, they go to the spill file (if any)
+        self._spill = SpillFile(spill_dir) if spill_dir is not None else None
+        self._num_spilled = 0  # records in the spill file, counted as pending
+        if self._spill is not None:
+            self._queue.extend(self._spill.adopt_orphans())
 
     # --- the caller's side ------------------------------------------------------------------------------------
 
@@ -92,8 +101,12 @@ class LogWriter:
         with self._cond:
             if self._stopping:
                 raise RuntimeError(f"the log writer is closed; request {record.request_id} cannot be logged")
-            self._queue.append(record)
             self._submitted += 1
+            if self._spill is not None and len(self._queue) >= self._max_buffer:
+                self._spill.append(record)  # the database has been away long: keep memory bounded
+                self._num_spilled += 1
+                return
+            self._queue.append(record)
             if len(self._queue) == 1 or len(self._queue) == self._batch_size:
                 self._cond.notify_all()  # start the flush-interval clock, or a full batch is ready
 
@@ -131,13 +144,14 @@ class LogWriter:
     @property
     def pending(self) -> int:
         with self._cond:
-            return len(self._queue) + self._inflight
+            return len(self._queue) + self._inflight + self._num_spilled
 
     def stats(self) -> LogWriterStats:
         with self._cond:
             return LogWriterStats(written=self._written, duplicates=self._duplicates,
-                                  pending=len(self._queue) + self._inflight, failures=self._failures,
-                                  dropped=self._dropped, in_outage=self._outage_since is not None)
+                                  pending=len(self._queue) + self._inflight + self._num_spilled,
+                                  failures=self._failures, dropped=self._dropped,
+                                  in_outage=self._outage_since is not None, spilled=self._num_spilled)
 
     # --- the worker -------------------------------------------------------------------------------------------
 
@@ -151,6 +165,8 @@ class LogWriter:
         with self._cond:
             deadline: float | None = None
             while True:
+                if not self._queue and self._num_spilled:
+                    self._unspill(force=True)
                 if self._queue:
                     if len(self._queue) >= self._batch_size or self._flush_waiters or self._stopping:
                         break
@@ -165,7 +181,16 @@ class LogWriter:
                     self._cond.wait()
             batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._batch_size))]
             self._inflight = len(batch)
+            self._unspill()
             return batch
+
+    def _unspill(self, force: bool = False) -> None:
+        """Spilled records back into memory once the database writes again and there is room (the caller holds
+        the lock); `force` when nothing else is queued."""
+        if self._num_spilled and (force or (len(self._queue) <= self._max_buffer // 2 and self._outage_since is None)):
+            records = self._spill.take()
+            self._num_spilled -= len(records)
+            self._queue.extend(records)
 
     def _write_until_done(self, batch: list[RequestRecord]) -> bool:
         """Write `batch`, retrying through outages; False if close() gave up on it."""

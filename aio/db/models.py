@@ -52,7 +52,7 @@ class Request(Base):
 
     request_id: Mapped[str] = mapped_column(sa.String, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(index=True, default=utcnow)
-    status: Mapped[str] = mapped_column(sa.String)  # ok | error | aborted | rejected
+    status: Mapped[str] = mapped_column(sa.String)  # ok | error | cancelled | rejected
     key_id: Mapped[int | None]
     user: Mapped[str | None] = mapped_column(sa.String)
     prompt: Mapped[str | None] = mapped_column(sa.Text)  # NULL: redacted (log_prompts = false)

@@ -13,7 +13,7 @@ def utcnow() -> datetime:
 class RequestRecord:
     """One chat request as it ended. `request_id` is unique: the log stores each one exactly once."""
     request_id: str
-    status: str  # "ok" | "error" (the engine or a remote tier failed) | "aborted" (the client went away) | "rejected"
+    status: str  # "ok" | "error" (the engine or a remote tier failed) | "cancelled" (the client went away) | "rejected"
     created_at: datetime = field(default_factory=utcnow)  # when the request arrived (UTC)
     tier: str | None = None  # the tier that answered (None when rejected before routing)
     model: str | None = None  # the model name that answered

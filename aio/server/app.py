@@ -102,13 +102,15 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
         watcher = RouterWatcher(router, db, settings.quality, settings.classifier_poll_interval_s,
                                 pinned=settings.classifier_path is not None)
         await asyncio.to_thread(watcher.poll_once)
-        log_writer = LogWriter(db, batch_size=settings.log_batch_size, flush_interval_s=settings.log_flush_interval_s)
+        log_writer = LogWriter(db, batch_size=settings.log_batch_size, flush_interval_s=settings.log_flush_interval_s,
+                               max_buffer=settings.log_buffer_size, spill_dir=settings.home / "log-spill")
         log_writer.start()
     except BaseException:
         await pool.aclose()
         raise
     metrics = Metrics(lambda: [(t.name, t.model, t.load()) for t in pool])
-    service = ChatService(pool, router, tier_settings, log_writer, metrics, settings.log_prompts)
+    service = ChatService(pool, router, tier_settings, log_writer, metrics, settings.log_prompts,
+                          settings.max_concurrent_requests, settings.queue_timeout_s, settings.tier_retry_after_s)
     monitor = _start_monitor(settings, pool, service, router, db, log_writer, metrics)
     watch_task = asyncio.create_task(watcher.run(), name="aio-router-watch")
     return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task,

@@ -76,7 +76,14 @@ class Authenticator:
 
     async def admin(self, request: Request) -> None:
         token = bearer_token(request)
-        if token is None or not self.is_admin_key(token):
+        if token is not None and self.is_admin_key(token):
+            return
+        try:
             info = await asyncio.to_thread(self.keys.verify, token) if token else None
-            if info is None or info.role != "admin":
-                raise APIError(401, "admin endpoints need the admin key (AIO_ADMIN_KEY)", code="invalid_api_key")
+        except DatabaseError as exc:
+            raise APIError(503, f"cannot check the key: {exc}", code="database_unavailable", retry_after_s=5) from exc
+        if info is None:
+            raise APIError(401, "admin endpoints need the admin key (AIO_ADMIN_KEY)", code="invalid_api_key")
+        if info.role != "admin":
+            raise APIError(403, "this API key may use the chat endpoints, not admin endpoints",
+                           code="insufficient_permissions")

@@ -20,15 +20,22 @@ async def create_chat_completion(body: ChatCompletionRequest, state: State, key:
         chat = await state.service.prepare(body, ctx)
     except APIError as exc:
         return exc.response(headers)
-    headers.update({"x-aio-tier": chat.tier.name, "x-aio-model": chat.tier.model,
-                    "x-aio-routing-reason": chat.decision.reason})
     if body.stream:
+        try:
+            opened = await state.service.open(chat)  # refused or failed before the first token: a plain error
+        except APIError as exc:
+            return exc.response(headers)
         # Headers go out before the answer exists: the cost comes in the usage chunk's `aio` object.
-        return StreamingResponse(state.service.stream(chat), media_type="text/event-stream",
-                                 headers={**headers, "cache-control": "no-cache"})
+        return StreamingResponse(state.service.stream(opened), media_type="text/event-stream",
+                                 headers={**headers, **_tier_headers(opened.chat), "cache-control": "no-cache"})
     try:
         result = await state.service.complete(chat)
     except APIError as exc:
         return exc.response(headers)
+    headers.update(_tier_headers(chat))
     headers["x-aio-cost-usd"] = f"{result['aio']['cost_usd']:.10f}"
     return JSONResponse(result, headers=headers)
+
+
+def _tier_headers(chat) -> dict[str, str]:
+    return {"x-aio-tier": chat.tier.name, "x-aio-model": chat.tier.model, "x-aio-routing-reason": chat.decision.reason}
