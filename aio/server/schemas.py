@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_N = 16
 MAX_STOP = 4  # as OpenAI
@@ -34,7 +34,7 @@ class ChatCompletionRequest(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1)
     n: int | None = Field(1, ge=1, le=MAX_N)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(1 << 63), le=(1 << 63) - 1)  # int64, as OpenAI
     user: str | None = Field(None, max_length=256)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
@@ -44,6 +44,19 @@ class ChatCompletionRequest(BaseModel):
     # vLLM's extra sampling parameters
     top_k: int | None = Field(None, ge=-1)
     ignore_eos: bool | None = False
+
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(stop, list):
+            if len(stop) > MAX_STOP:
+                raise ValueError(f"at most {MAX_STOP} stop sequences are allowed, got {len(stop)}")
+            if any(not s for s in stop):
+                raise ValueError("stop sequences must be non-empty")
+        elif stop == "":
+            raise ValueError("a stop sequence must be non-empty")
+        return stop
 
 
 class CreateKeyRequest(BaseModel):

@@ -1,0 +1,265 @@
+"""Reliability and security against live `aio serve` processes: fuzzed and hostile input, keys, redaction,
+client disconnects, graceful shutdown and a database outage under traffic."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from tests.servers import aio_command, server_env, start_server
+from tests.test_server_api import HELLO, log_rows
+
+ADMIN = "reliability-admin-key"
+SMALL_CONTEXT = 128
+
+
+def tiny_config(path, checkpoint, **top):
+    lines = [f"{k} = {json.dumps(v)}" for k, v in top.items()]
+    for tier in ("small", "large"):
+        lines += [f"[tiers.{tier}]", f'path = "{checkpoint}"', f"max_model_len = {SMALL_CONTEXT}",
+                  f"kv_cache_bytes = {4 << 20}", "input_price_per_million = 1.0", "output_price_per_million = 2.0", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, checkpoint_dir):
+    home = tmp_path_factory.mktemp("reliability")
+    config = tiny_config(home / "aio.toml", checkpoint_dir("llama"), max_body_bytes=65536)
+    live = start_server(config, home, f"sqlite:///{home / 'aio.db'}", admin_key=ADMIN)
+    yield live
+    live.stop()
+
+
+def assert_openai_error(response: httpx.Response) -> None:
+    assert response.status_code < 500 or response.status_code == 503, response.text
+    if response.status_code >= 400:
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["message"], error
+
+
+# ---- fuzzing ---------------------------------------------------------------------------------------------
+
+def test_the_openapi_schema_fuzzed_never_gives_a_500(server):
+    """Schemathesis generates requests for every public operation from the server's own OpenAPI schema."""
+    api = schemathesis.openapi.from_url(server.base_url + "/openapi.json")
+    operations = [result.ok() for result in api.get_all_operations()]
+    public = [op for op in operations if not op.path.startswith("/admin")]
+    assert any(op.path == "/v1/chat/completions" for op in public)
+    for operation in public:
+        @given(case=operation.as_strategy())
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def check(case):
+            response = case.call(timeout=60)
+            assert response.status_code < 500 or response.status_code == 503, (operation.label, response.text)
+            if response.status_code >= 400:
+                assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+        check()
+
+
+sampling_values = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.integers(-(1 << 70), 1 << 70),
+                            st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5),
+                            st.lists(st.text(max_size=3), max_size=6))
+
+
+@given(fields=st.dictionaries(st.sampled_from(["temperature", "top_p", "max_tokens", "max_completion_tokens", "n",
+                                               "stop", "seed", "logprobs", "top_logprobs", "top_k", "ignore_eos",
+                                               "aio_quality", "stream"]),
+                              sampling_values, max_size=5))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+def test_fuzzed_sampling_parameters_get_an_answer_or_an_openai_error(server, fields):
+    body = {"model": "small", "messages": HELLO, **fields}
+    try:
+        payload = json.dumps(body, allow_nan=True)
+    except (TypeError, ValueError):
+        return
+    response = httpx.post(server.api_url + "/chat/completions", content=payload, timeout=60,
+                          headers={"content-type": "application/json"})
+    assert_openai_error(response)
+
+
+# ---- hostile input ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, status", [
+    (b"\xff\xfe not utf-8", 400),
+    (b'{"model": "small", "messages": "hi"}', 400),
+    (b'{"model": 5, "messages": [{"role": "user", "content": "hi"}]}', 400),
+    (b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": -3}', 400),
+    (b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000000000000}', 400),
+    (b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "n": 1000}', 400),
+    (b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "stop": ["a","b","c","d","e"]}', 400),
+    (b'{"model": "small", "messages": [{"role": "system", "content": "only rules"}]}', 400),
+    (b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "seed": 99999999999999999999999}', 400),
+    (b'[]', 400),
+    (b'', 400),
+])
+def test_malformed_requests_are_clean_400s(server, body, status):
+    response = httpx.post(server.api_url + "/chat/completions", content=body, timeout=30,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text
+    assert_openai_error(response)
+
+
+def test_long_messages_control_characters_and_injection_are_stored_as_data(server):
+    client = openai.OpenAI(base_url=server.api_url, api_key="x", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="small", messages=[{"role": "user", "content": "word " * 5000}])
+    assert info.value.code == "context_length_exceeded"
+    hostile = "'); DROP TABLE requests; -- <script>alert('x')</script> \x00\x07\x1b[31m"
+    raw = client.chat.completions.with_raw_response.create(model="small", messages=[{"role": "user", "content": hostile}],
+                                                          max_tokens=2, user="<img src=x onerror=alert(1)>")
+    request_id = raw.headers["x-request-id"]
+    row = log_rows(server, [request_id])[request_id]
+    stored = json.loads(row["prompt"])[0]["content"]
+    assert stored == hostile  # verbatim: the messages are stored as JSON, so even NUL survives (as \u0000)
+    assert row["user"] == "<img src=x onerror=alert(1)>"
+
+
+# ---- keys ------------------------------------------------------------------------------------------------
+
+def test_keys_are_required_checked_and_never_echoed(server):
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    created = httpx.post(server.base_url + "/admin/keys", json={"name": "reliability"}, headers=admin).json()
+    key = created["key"]
+    try:
+        time.sleep(2.2)  # the open-endpoint check is cached for 2 s
+        chat = {"model": "small", "messages": HELLO, "max_tokens": 1}
+        assert httpx.post(server.api_url + "/chat/completions", json=chat).status_code == 401
+        wrong = "aio-" + "A" * 43
+        response = httpx.post(server.api_url + "/chat/completions", json=chat,
+                              headers={"Authorization": f"Bearer {wrong}"})
+        assert response.status_code == 401 and wrong not in response.text
+        user = {"Authorization": f"Bearer {key}"}
+        assert httpx.post(server.api_url + "/chat/completions", json=chat, headers=user).status_code == 200
+        forbidden = httpx.get(server.base_url + "/admin/keys", headers=user)
+        assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "insufficient_permissions"
+        listed = httpx.get(server.base_url + "/admin/keys", headers=admin).text
+        assert key not in listed and created["prefix"] in listed
+        assert key not in httpx.get(server.base_url + "/metrics").text
+        assert key not in server.output() and wrong not in server.output() and ADMIN not in server.output()
+    finally:
+        httpx.delete(f"{server.base_url}/admin/keys/{created['id']}", headers=admin)
+        time.sleep(2.2)
+
+
+# ---- disconnects and shutdown ----------------------------------------------------------------------------
+
+def kv_usage(server, tier: str = "small") -> float:
+    for line in httpx.get(server.base_url + "/metrics").text.splitlines():
+        if line.startswith("vllm:kv_cache_usage_perc{") and f'tier="{tier}"' in line:
+            return float(line.split()[-1])
+    raise AssertionError("no kv usage metric")
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_kv_and_is_logged_cancelled(server):
+    with httpx.stream("POST", server.api_url + "/chat/completions", timeout=30,
+                      json={"model": "small", "messages": HELLO, "max_tokens": 50, "stream": True,
+                            "ignore_eos": True}) as response:
+        request_id = response.headers["x-request-id"]
+        lines = response.iter_lines()
+        next(lines), next(lines)  # the role chunk and a first token: it is generating
+        assert kv_usage(server) > 0
+    deadline = time.monotonic() + 10
+    while kv_usage(server) > 0:
+        assert time.monotonic() < deadline, "the aborted request kept its KV blocks"
+        time.sleep(0.05)
+    row = log_rows(server, [request_id])[request_id]
+    assert row["status"] == "cancelled" and row["completion_tokens"] < 50
+
+
+def test_sigterm_finishes_in_flight_streams_flushes_the_log_and_takes_no_new_requests(tmp_path, checkpoint_dir):
+    config = tiny_config(tmp_path / "aio.toml", checkpoint_dir("llama", hidden_size=256, num_layers=4,
+                                                                num_heads=8, num_kv_heads=4,
+                                                                intermediate_size=512, max_position_embeddings=1024))
+    server = start_server(config, tmp_path, f"sqlite:///{tmp_path / 'aio.db'}")
+    events: list[str] = []
+    with httpx.stream("POST", server.api_url + "/chat/completions", timeout=60,
+                      json={"model": "small", "messages": HELLO, "max_tokens": 60, "stream": True,
+                            "ignore_eos": True}) as response:
+        request_id = response.headers["x-request-id"]
+        lines = response.iter_lines()
+        events.append(next(lines))
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        with pytest.raises(httpx.HTTPError):
+            httpx.post(server.api_url + "/chat/completions", json={"model": "small", "messages": HELLO}, timeout=5)
+        events += [line for line in lines if line]
+    assert events[-1] == "data: [DONE]"
+    finishes = [json.loads(e[6:])["choices"][0]["finish_reason"] for e in events[:-1]
+                if json.loads(e[6:])["choices"] and json.loads(e[6:])["choices"][0]["finish_reason"]]
+    assert finishes == ["length"]
+    assert server.process.wait(60) in (0, -signal.SIGTERM)
+    rows = log_rows(server, [request_id], timeout=0)
+    assert rows[request_id]["status"] == "ok" and rows[request_id]["completion_tokens"] == 60
+
+
+def test_redacted_prompts_never_reach_the_log(tmp_path, checkpoint_dir):
+    config = tiny_config(tmp_path / "aio.toml", checkpoint_dir("llama"), log_prompts=False)
+    server = start_server(config, tmp_path, f"sqlite:///{tmp_path / 'aio.db'}")
+    try:
+        client = openai.OpenAI(base_url=server.api_url, api_key="x", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="small", messages=[{"role": "user", "content": "my password is hunter2"}], max_tokens=3)
+        request_id = raw.headers["x-request-id"]
+        row = log_rows(server, [request_id])[request_id]
+        assert row["prompt"] is None and row["answer"] is None and row["completion_tokens"] >= 1
+        assert "hunter2" not in (tmp_path / "aio.db").read_bytes().decode("latin-1")
+    finally:
+        server.stop()
+
+
+# ---- the database goes away under traffic ----------------------------------------------------------------
+
+def test_traffic_is_served_while_postgres_is_down_and_every_row_lands_once(tmp_path, checkpoint_dir,
+                                                                           postgres_server, postgres_database_factory):
+    database_url = postgres_database_factory("outage")
+    upgrade = subprocess.run(aio_command("db", "upgrade"), env=server_env(tmp_path, database_url, "k"),
+                             capture_output=True, text=True, timeout=120)
+    assert upgrade.returncode == 0, upgrade.stderr
+    config = tiny_config(tmp_path / "aio.toml", checkpoint_dir("llama"))
+    server = start_server(config, tmp_path, database_url, AIO_LOG_BUFFER_SIZE="4", AIO_LOG_BATCH_SIZE="2")
+    client = openai.OpenAI(base_url=server.api_url, api_key="x", max_retries=0)
+    ids: list[str] = []
+
+    def chat(i: int) -> None:
+        raw = client.chat.completions.with_raw_response.create(
+            model="small", messages=[{"role": "user", "content": f"outage {i}"}], max_tokens=2)
+        assert raw.status_code == 200
+        ids.append(raw.headers["x-request-id"])
+
+    try:
+        for i in range(3):
+            chat(i)
+        postgres_server.stop()
+        try:
+            for i in range(3, 15):  # served with the database down; more than the buffer holds: some spill
+                chat(i)
+            spill = list((tmp_path / "log-spill").glob("spill-*.jsonl"))
+            assert spill and sum(len(p.read_text().splitlines()) for p in spill) >= 1
+        finally:
+            postgres_server.start()
+        for i in range(15, 18):
+            chat(i)
+        rows = log_rows(server, ids, timeout=60)
+        assert set(rows) == set(ids)
+        from aio.db.database import make_engine
+        import sqlalchemy as sa
+
+        engine = make_engine(database_url)
+        try:
+            with engine.connect() as c:
+                assert c.execute(sa.text("SELECT COUNT(*) FROM requests")).scalar() == 18
+                assert c.execute(sa.text("SELECT SUM(num_requests) FROM daily_aggregates")).scalar() == 18
+        finally:
+            engine.dispose()
+    finally:
+        server.stop()
