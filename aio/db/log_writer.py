@@ -81,6 +81,7 @@ class LogWriter:
         self._stopping = False
         self._abandon = threading.Event()  # close() timed out: the worker stops retrying
         self._outage_since: float | None = None
+        self._last_write_ok = False  # no write tried yet: the database is not known to be up
         self._thread: threading.Thread | None = None
         self._max_buffer = max_buffer  # records kept in memory; beyond, they go to the spill file (if any)
         self._spill = SpillFile(spill_dir) if spill_dir is not None else None
@@ -185,9 +186,9 @@ class LogWriter:
             return batch
 
     def _unspill(self, force: bool = False) -> None:
-        """Spilled records back into memory once the database writes again and there is room (the caller holds
-        the lock); `force` when nothing else is queued."""
-        if self._num_spilled and (force or (len(self._queue) <= self._max_buffer // 2 and self._outage_since is None)):
+        """Spilled records back into memory once the database has taken a write again and there is room (the
+        caller holds the lock); `force` when nothing else is queued."""
+        if self._num_spilled and (force or (len(self._queue) <= self._max_buffer // 2 and self._last_write_ok)):
             records = self._spill.take()
             self._num_spilled -= len(records)
             self._queue.extend(records)
@@ -226,6 +227,7 @@ class LogWriter:
     def _on_failure(self, exc: Exception) -> None:
         with self._cond:
             self._failures += 1
+            self._last_write_ok = False
             first = self._outage_since is None
             if first:
                 self._outage_since = time.monotonic()
@@ -239,6 +241,7 @@ class LogWriter:
             self._written += inserted
             self._duplicates += num_records - inserted
             self._finish(num_records)
+            self._last_write_ok = True
             since, self._outage_since = self._outage_since, None
             waiting = len(self._queue) + self._inflight
         if since is not None:
