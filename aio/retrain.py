@@ -8,7 +8,6 @@ data and the shipped default never trained on the seed rows that are held out.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -27,10 +26,10 @@ from aio import classifier_registry as registry
 from aio.db.models import Request, Verification
 from aio.db.records import utcnow
 from aio.settings import TIER_ORDER
+from classifier.seed import HOLDOUT_PERCENT, is_holdout  # noqa: F401 - re-exported
 
 logger = logging.getLogger(__name__)
 
-HOLDOUT_PERCENT = 15
 RETRAIN_EVERY = timedelta(days=7)
 MIN_TRAIN_EXAMPLES = 20
 
@@ -49,10 +48,6 @@ def parse_since(text: str) -> timedelta:
         raise RetrainError(f"--since takes a duration like 7d, 36h, 2w or 90m, got {text!r}")
     value, unit = float(match.group(1)), match.group(2)
     return timedelta(**{_UNITS[unit]: value})
-
-
-def is_holdout(text: str) -> bool:
-    return int(hashlib.sha1(text.encode("utf-8")).hexdigest()[:8], 16) % 100 < HOLDOUT_PERCENT
 
 
 @dataclass

@@ -1,0 +1,78 @@
+"""The seed training set shipped with the classifier: `classifier/seed/seed_train.csv.gz` (text, label, source).
+
+Built by `python -m classifier.build_default` from the train splits of the routing data only:
+- zeroeval_3tier: 3-tier labels from the Llama trio (the cheapest correct tier; small when none is), source
+  `zeroeval:<task>`;
+- routellm_gsm8k / routellm_mmlu: weak (Mixtral-8x7B) correct → 0, only the strong model (GPT-4) correct → 2,
+  neither → 0, source `routellm:<set>`. Mixtral sits between our medium and large tiers and GPT-4 above the
+  large one, so "only GPT-4 answers" means "needs the large tier"; mapping weak-correct to the small tier is the
+  cheap side of the uncertainty (the quality knob and the monitor move traffic up when that is wrong).
+`aio retrain` merges it with the labelled request log.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+SEED_PATH = Path(__file__).resolve().parent / "seed" / "seed_train.csv.gz"
+WEAK_STRONG_TO_TIER = (0, 2)  # RouteLLM two-tier labels → AIO's three tiers
+HOLDOUT_PERCENT = 15
+
+csv.field_size_limit(1 << 24)
+
+
+def build_seed_rows(data_folder=None) -> tuple[list[str], list[int], list[str]]:
+    from classifier.data import load_routellm, load_zeroeval
+
+    texts, labels, sources = [], [], []
+    z = load_zeroeval("train", data_folder)
+    texts += z.texts
+    labels += [int(v) for v in z.labels]
+    sources += [f"zeroeval:{g}" for g in z.groups]
+    for name in ("gsm8k", "mmlu"):
+        r = load_routellm(name, "train", data_folder)
+        texts += r.texts
+        labels += [WEAK_STRONG_TO_TIER[int(v)] for v in r.labels]
+        sources += [f"routellm:{name}"] * len(r.texts)
+    return texts, labels, sources
+
+
+def is_holdout(text: str) -> bool:
+    """The fixed hash split that `aio retrain` judges candidates on: the shipped default never trains on it."""
+    return int(hashlib.sha1(text.encode("utf-8")).hexdigest()[:8], 16) % 100 < HOLDOUT_PERCENT
+
+
+def write_seed_data(texts, labels, sources, path: Path = SEED_PATH) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.GzipFile(path, "wb", mtime=0) as raw:  # mtime 0: the same data gives the same bytes
+        with open_text(raw) as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(["text", "label", "source"])
+            writer.writerows(zip(texts, labels, sources))
+    return path
+
+
+def open_text(raw):
+    import io
+
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="")
+
+
+def load_seed_data(path: str | Path | None = None) -> tuple[list[str], list[int], list[str]]:
+    """(texts, labels, sources) of the shipped seed training set."""
+    path = Path(path) if path is not None else SEED_PATH
+    texts, labels, sources = [], [], []
+    with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            texts.append(row["text"])
+            labels.append(int(row["label"]))
+            sources.append(row["source"])
+    return texts, labels, sources
+
+
+def label_counts(labels) -> list[int]:
+    return np.bincount(np.asarray(labels, dtype=np.int64), minlength=3).tolist()
