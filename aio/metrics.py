@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tiers.pool import TierLoad
@@ -28,12 +28,27 @@ class _TierLoadCollector(Collector):
                                     labels=["tier", "model_name"])
         kv = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
                                labels=["tier", "model_name"])
+        # Speculative decoding, as vLLM names it (v1's counters, v0's acceptance-rate gauge).
+        acceptance = GaugeMetricFamily("vllm:spec_decode_draft_acceptance_rate",
+                                       "Accepted draft tokens / proposed draft tokens.", labels=["tier", "model_name"])
+        drafts = CounterMetricFamily("vllm:spec_decode_num_drafts", "Verifications of draft tokens.",
+                                     labels=["tier", "model_name"])
+        draft_tokens = CounterMetricFamily("vllm:spec_decode_num_draft_tokens", "Draft tokens proposed.",
+                                           labels=["tier", "model_name"])
+        accepted = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted.",
+                                       labels=["tier", "model_name"])
         for tier, model, load in self._loads():
             running.add_metric([tier, model], load.num_running)
             waiting.add_metric([tier, model], load.num_waiting)
             if load.kv_cache_usage is not None:
                 kv.add_metric([tier, model], load.kv_cache_usage)
-        yield from (running, waiting, kv)
+            spec = load.speculative
+            if spec is not None:
+                acceptance.add_metric([tier, model], spec.acceptance_rate)
+                drafts.add_metric([tier, model], spec.num_verifications)
+                draft_tokens.add_metric([tier, model], spec.num_draft_tokens)
+                accepted.add_metric([tier, model], spec.num_accepted_tokens)
+        yield from (running, waiting, kv, acceptance, drafts, draft_tokens, accepted)
 
 
 class Metrics:

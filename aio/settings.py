@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
@@ -29,7 +29,12 @@ class TierSettings(BaseModel):
     model: str | None = None  # the name clients see; default: the checkpoint folder's name / the remote model
     input_price_per_million: float = Field(0.0, ge=0)  # USD per million prompt tokens
     output_price_per_million: float = Field(0.0, ge=0)  # USD per million completion tokens
-    draft: str | None = None  # the tier that drafts for this one (speculative decoding)
+    # Speculative decoding (local tiers): `draft` names a cheaper local tier whose loaded model drafts for this one
+    # (its weights shared, not copied; same tokenizer vocabulary, checked at start); `speculative = "ngram"`
+    # drafts by prompt lookup instead, with no model. num_speculative_tokens: the largest k (adaptive 0..k).
+    draft: str | None = None
+    speculative: Literal["draft", "ngram"] | None = None  # default: "draft" when `draft` is set
+    num_speculative_tokens: int = Field(4, ge=1, le=16)
     max_queue: int = Field(256, ge=1)  # waiting requests beyond which new ones get 429
     max_model_len: int | None = Field(None, ge=1)  # required for remote tiers whose /models does not say
     # engine options (local tiers)
@@ -47,6 +52,18 @@ class TierSettings(BaseModel):
     def _one_backend(self) -> "TierSettings":
         if (self.path is None) == (self.base_url is None):
             raise ValueError("a tier needs exactly one of `path` (local checkpoint) or `base_url` (remote server)")
+        return self
+
+    @model_validator(mode="after")
+    def _speculation(self) -> "TierSettings":
+        if self.draft is not None and self.speculative is None:
+            self.speculative = "draft"
+        if self.speculative == "draft" and self.draft is None:
+            raise ValueError("speculative = \"draft\" needs `draft`: the tier whose model drafts for this one")
+        if self.speculative == "ngram" and self.draft is not None:
+            raise ValueError("speculative = \"ngram\" drafts without a model: remove `draft`")
+        if self.speculative is not None and self.base_url is not None:
+            raise ValueError("speculative decoding runs in the local engine: a remote tier cannot have it")
         return self
 
     @property
@@ -89,6 +106,9 @@ class Settings(BaseSettings):
     log_buffer_size: int = Field(10_000, ge=1)  # records held in memory while the database is away; then spilled
     log_batch_size: int = Field(256, ge=1)
     log_flush_interval_s: float = Field(0.5, gt=0)
+    # raw `requests` rows older than this many days are deleted (hourly, by `aio serve`; or `aio db prune`); the
+    # daily aggregates stay. None keeps raw rows forever.
+    raw_retention_days: int | None = Field(None, ge=1)
 
     @field_validator("tiers")
     @classmethod
@@ -97,8 +117,16 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown tier(s) {unknown}: tiers are {list(TIER_ORDER)}")
         for name, tier in tiers.items():
-            if tier.draft is not None and tier.draft not in tiers:
+            if tier.draft is None:
+                continue
+            if tier.draft not in tiers:
                 raise ValueError(f"tier {name!r} drafts with {tier.draft!r}, which is not configured")
+            if TIER_ORDER.index(tier.draft) >= TIER_ORDER.index(name):
+                raise ValueError(f"tier {name!r} drafts with {tier.draft!r}: a draft must be a cheaper tier "
+                                 f"(order: {', '.join(TIER_ORDER)})")
+            if tiers[tier.draft].is_remote:
+                raise ValueError(f"tier {name!r} drafts with {tier.draft!r}, a remote tier: a draft must be a local "
+                                 "checkpoint (its model runs inside this tier's engine steps)")
         return tiers
 
     @property

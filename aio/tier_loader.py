@@ -4,8 +4,10 @@ from __future__ import annotations
 import logging
 
 from aio.settings import TIER_ORDER, TierSettings
+from tiers.engine.llm_engine import Engine
 from tiers.pool import LocalTier, Tier, TierPool, load_local_tier
 from tiers.remote import RemoteTier
+from tiers.spec_decode.speculator import DraftModelError
 
 logger = logging.getLogger(__name__)
 
@@ -14,7 +16,9 @@ class TierLoadError(RuntimeError):
     """A configured tier cannot be started: the message names the tier and the cause."""
 
 
-def build_tier(name: str, tier: TierSettings, is_demo: bool = False) -> Tier:
+def build_tier(name: str, tier: TierSettings, is_demo: bool = False, draft: Engine | None = None) -> Tier:
+    """draft: the engine of the tier named by tier.draft, whose model drafts for this one. Without it (a tier built
+    alone, e.g. the quality monitor's reference) a tier configured to draft from another runs without speculation."""
     if tier.is_remote:
         remote = RemoteTier.connect(name, tier.base_url, model=tier.model, max_model_len=tier.max_model_len,
                                     api_key=tier.api_key, timeout_s=tier.request_timeout_s)
@@ -22,20 +26,33 @@ def build_tier(name: str, tier: TierSettings, is_demo: bool = False) -> Tier:
         return remote
     if not (tier.path / "config.json").is_file():
         raise TierLoadError(f"tier {name}: {tier.path} is not a checkpoint folder (no config.json)")
-    local: LocalTier = load_local_tier(
-        name, tier.path, model=tier.model, is_demo=is_demo, device=tier.device, dtype=tier.dtype,
-        block_size=tier.block_size, kv_cache_bytes=tier.kv_cache_bytes, max_num_seqs=tier.max_num_seqs,
-        max_model_len=tier.max_model_len, kv_cache_fraction=tier.kv_cache_fraction,
-        max_num_batched_tokens=tier.max_num_batched_tokens, enable_prefix_caching=tier.enable_prefix_caching)
+    speculative = tier.speculative
+    if speculative == "draft" and draft is None:
+        logger.info("tier %s: built without its draft tier %s, so without speculative decoding", name, tier.draft)
+        speculative = None
+    try:
+        local: LocalTier = load_local_tier(
+            name, tier.path, model=tier.model, is_demo=is_demo, device=tier.device, dtype=tier.dtype,
+            block_size=tier.block_size, kv_cache_bytes=tier.kv_cache_bytes, max_num_seqs=tier.max_num_seqs,
+            max_model_len=tier.max_model_len, kv_cache_fraction=tier.kv_cache_fraction,
+            max_num_batched_tokens=tier.max_num_batched_tokens, enable_prefix_caching=tier.enable_prefix_caching,
+            speculative=speculative, draft=draft if speculative == "draft" else None,
+            num_speculative_tokens=tier.num_speculative_tokens)
+    except DraftModelError as exc:
+        raise TierLoadError(f"tier {name}: tier {tier.draft} cannot draft for it: {exc}") from exc
     return local
 
 
 def build_pool(tiers: dict[str, TierSettings], is_demo: bool = False) -> TierPool:
     built: list[Tier] = []
     try:
-        for name in sorted(tiers, key=TIER_ORDER.index):
+        for name in sorted(tiers, key=TIER_ORDER.index):  # a draft tier is cheaper, so it is built first
+            draft_name = tiers[name].draft
+            draft = next((t.engine for t in built if t.name == draft_name and isinstance(t, LocalTier)), None)
+            if draft_name is not None and draft is None:
+                raise TierLoadError(f"tier {name}: its draft tier {draft_name} is not a local tier of this pool")
             try:
-                built.append(build_tier(name, tiers[name], is_demo))
+                built.append(build_tier(name, tiers[name], is_demo, draft))
             except TierLoadError:
                 raise
             except Exception as exc:

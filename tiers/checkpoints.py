@@ -204,3 +204,43 @@ def _rope_for_installed_transformers(kwargs: dict[str, Any]) -> dict[str, Any]:
     theta = kwargs.pop("rope_theta", 10000.0)
     kwargs["rope_parameters"] = {**scaling, "rope_theta": theta}
     return kwargs
+
+
+def create_draft_target_pair(root: str | Path, *, draft_layers: int = 1, extra_layers: int = 3,
+                             residual_scale: float = 0.05, seed: int = 0, **kwargs: Any) -> tuple[Path, Path]:
+    """A correlated (target, draft) pair for speculative decoding, built offline into root/target and root/draft.
+
+    The target is a random Llama of draft_layers + extra_layers layers whose extra (last) layers write only small
+    residuals: their o_proj and down_proj are scaled by `residual_scale`. The draft is the target's first
+    draft_layers layers with the same embeddings, final norm, LM head and tokenizer. The target still pays for
+    every layer; how often the draft's argmax agrees with the target's follows from residual_scale (0: always) and
+    is measured, not assumed. kwargs go to create_random_checkpoint."""
+    from safetensors.torch import load_file, save_file
+
+    root = Path(root)
+    target = create_random_checkpoint(root / "target", "llama", seed=seed, num_layers=draft_layers + extra_layers,
+                                      **kwargs)
+    files = sorted(target.glob("*.safetensors"))
+    if len(files) != 1:
+        raise ValueError("create_draft_target_pair writes unsharded checkpoints (leave max_shard_size unset)")
+    weights = load_file(str(files[0]))
+    for name, tensor in weights.items():
+        parts = name.split(".")
+        if len(parts) > 3 and parts[1] == "layers" and int(parts[2]) >= draft_layers and \
+                parts[-2] in ("o_proj", "down_proj"):
+            tensor.mul_(residual_scale)
+    save_file(weights, str(files[0]), metadata={"format": "pt"})
+    draft = root / "draft"
+    draft.mkdir(parents=True, exist_ok=True)
+    for file in target.iterdir():
+        if file.suffix != ".safetensors" and file.is_file():
+            (draft / file.name).write_bytes(file.read_bytes())
+    config = json.loads((draft / "config.json").read_text())
+    config["num_hidden_layers"] = draft_layers
+    if "layer_types" in config:
+        config["layer_types"] = config["layer_types"][:draft_layers]
+    (draft / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    keep = {n: t for n, t in weights.items()
+            if not (n.split(".")[1:2] == ["layers"] and int(n.split(".")[2]) >= draft_layers)}
+    save_file(keep, str(draft / files[0].name), metadata={"format": "pt"})
+    return target, draft

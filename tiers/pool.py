@@ -13,6 +13,7 @@ from typing import AsyncIterator, Protocol, Sequence
 from tiers.engine.llm_engine import Engine
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.sequence import TokenLogprob
+from tiers.spec_decode.metrics import SpecDecodeStats
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class TierLoad:
     num_running: int
     num_waiting: int
     kv_cache_usage: float | None  # None when unknown (remote tiers)
+    speculative: SpecDecodeStats | None = None  # acceptance counters, for a tier that decodes speculatively
 
 
 class Tier(Protocol):
@@ -100,7 +102,7 @@ class LocalTier:
 
     def load(self) -> TierLoad:
         stats = self.engine.stats()
-        return TierLoad(stats.num_running, stats.num_waiting, stats.kv_cache_usage)
+        return TierLoad(stats.num_running, stats.num_waiting, stats.kv_cache_usage, stats.speculative)
 
     def is_available(self) -> bool:
         return self.engine.is_healthy

@@ -22,14 +22,18 @@ class PrefillChunk:
 
 @dataclass
 class DecodeGroup:
-    """Single-token sequences of similar context length (rows start:end), attended in one batched call."""
+    """Sequences of similar context length computing q_len tokens each over a cached prefix (rows start:end, q_len
+    per sequence), attended in one batched call: single-token decodes, and (k+1)-token verifications."""
     start: int
     end: int
-    block_tables: torch.Tensor  # [end - start, max_blocks_of_group] int64
-    mask: torch.Tensor | None  # [end - start, 1, 1, max_blocks_of_group * block_size] additive float
+    block_tables: torch.Tensor  # [num_seqs, max_blocks_of_group] int64
+    # additive float: [num_seqs, 1, 1, max_blocks_of_group * block_size] for decodes; [num_seqs, 1, q_len, ...]
+    # for verifications (causal within the chunk)
+    mask: torch.Tensor | None
     # A lone sequence whose blocks are consecutive in the pool: (first block, context length). Its KV is then a
     # view of the cache: no gather, no mask.
     contiguous: tuple[int, int] | None = None
+    q_len: int = 1
 
 
 @dataclass
@@ -44,3 +48,7 @@ class AttentionMetadata:
     # pads its gathered KV only to its own longest context.
     decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)
+    # Per layer (k_cache, v_cache) to use instead of the ones bound to the layers: a draft model that shares its
+    # weights with another engine keeps its own KV pool.
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    use_triton: bool = False  # with kv_caches: the backend these metadata were prepared for

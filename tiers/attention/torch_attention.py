@@ -29,7 +29,7 @@ def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     out = torch.empty_like(query)
     for dg in meta.decode_groups:
         # The query heads of one KV head become the query-length axis, so GQA needs no KV repeat.
-        n = dg.end - dg.start
+        n = dg.end - dg.start  # rows
         if dg.contiguous is not None:
             first, seq_len = dg.contiguous
             num_blocks = -(-seq_len // k_cache.shape[1])
@@ -38,9 +38,19 @@ def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         else:
             keys = gather_blocks(k_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)  # [n, Hkv, L, D]
             values = gather_blocks(v_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)
-        q = query[dg.start:dg.end].view(n, num_kv_heads, group, head_dim)
-        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=dg.mask, scale=scale)
-        out[dg.start:dg.end] = o.reshape(n, num_heads, head_dim)
+        if dg.q_len == 1:
+            q = query[dg.start:dg.end].view(n, num_kv_heads, group, head_dim)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=dg.mask, scale=scale)
+            out[dg.start:dg.end] = o.reshape(n, num_heads, head_dim)
+            continue
+        # Verification: the chunk's tokens times the query heads of a KV head form the query axis.
+        n, t = n // dg.q_len, dg.q_len
+        q = query[dg.start:dg.end].view(n, t, num_kv_heads, group, head_dim).transpose(1, 2)
+        mask = dg.mask.repeat_interleave(group, dim=2) if group > 1 else dg.mask
+        o = F.scaled_dot_product_attention(q.reshape(n, num_kv_heads, t * group, head_dim), keys, values,
+                                           attn_mask=mask, scale=scale)
+        out[dg.start:dg.end] = o.view(n, num_kv_heads, t, group, head_dim).transpose(1, 2).reshape(
+            n * t, num_heads, head_dim)
     for chunk in meta.prefills:
         q = query[chunk.start:chunk.end].transpose(0, 1)  # [H, q, D]
         if chunk.mask is None:

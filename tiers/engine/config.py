@@ -17,6 +17,15 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     attention_backend: str | None = None  # "torch" or "triton"; None: triton on CUDA, torch elsewhere
     seed: int = 0
+    # Speculative decoding: "draft" (a smaller model of the same vocabulary, passed to the Engine as `draft`),
+    # "ngram" (prompt lookup, no model) or None. num_speculative_tokens is the largest k; with
+    # speculative_adaptive the engine picks k in 0..num_speculative_tokens every step from measured acceptance
+    # and costs, else it always proposes num_speculative_tokens.
+    speculative: str | None = None
+    num_speculative_tokens: int = 4
+    speculative_adaptive: bool = True
+    ngram_min: int = 1
+    ngram_max: int = 3
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
@@ -29,5 +38,11 @@ class EngineConfig:
             raise ValueError("set kv_cache_bytes or kv_cache_fraction, not both")
         if self.kv_cache_fraction is not None and not 0 < self.kv_cache_fraction <= 1:
             raise ValueError(f"kv_cache_fraction must be in (0, 1], got {self.kv_cache_fraction}")
+        if self.speculative not in (None, "draft", "ngram"):
+            raise ValueError(f"speculative must be 'draft', 'ngram' or None, got {self.speculative!r}")
+        if self.num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
         if self.attention_backend not in (None, "torch", "triton"):
             raise ValueError(f"attention_backend must be 'torch' or 'triton', got {self.attention_backend!r}")

@@ -9,20 +9,25 @@ import asyncio
 import logging
 import random
 import threading
+import time
 import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence as Seq
 
+import torch
+
 from tiers.engine.block_manager import BlockManager
 from tiers.engine.config import EngineConfig
 from tiers.engine.detokenizer import Detokenizer, find_stop
-from tiers.engine.model_runner import ModelRunner
+from tiers.engine.model_runner import ModelRunner, resolve_dtype
 from tiers.engine.outputs import EngineStats, RequestOutput
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.scheduler import Scheduler
 from tiers.engine.sequence import Sequence
 from tiers.models.config import ModelConfig
+from tiers.spec_decode.draft_runner import DraftRunner, kv_bytes_per_block as draft_kv_bytes_per_block
+from tiers.spec_decode.speculator import Speculator, load_draft
 
 logger = logging.getLogger(__name__)
 
@@ -30,15 +35,32 @@ Prompt = str | list[int]
 
 
 class Engine:
-    def __init__(self, path: str | Path, config: EngineConfig) -> None:
+    def __init__(self, path: str | Path, config: EngineConfig, draft: "str | Path | Engine | None" = None) -> None:
+        """draft: with config.speculative == "draft", the draft model: a checkpoint folder, or another Engine
+        whose loaded weights are shared (this engine keeps its own KV pool for them)."""
         self.path = Path(path)
         self.config = config
         self.model_config = ModelConfig.from_pretrained(self.path)
         self.tokenizer = _load_tokenizer(self.path)
         self.detokenizer = Detokenizer(self.tokenizer) if self.tokenizer is not None else None
-        self.runner = ModelRunner(self.path, self.model_config, config)
+        draft_model, draft_config = self._load_draft(draft)
+        extra_kv = 0
+        if draft_config is not None:
+            dtype = resolve_dtype(config.dtype, torch.device(config.device), self.model_config)
+            extra_kv = draft_kv_bytes_per_block(draft_config, config.block_size, dtype)
+        self.runner = ModelRunner(self.path, self.model_config, config, extra_kv)
         self.max_model_len = self._resolve_max_model_len()
         self.runner.model.build_rotary(self.max_model_len + 1, self.runner.device)
+        self.speculator: Speculator | None = None
+        if config.speculative is not None:
+            draft_runner = None
+            if draft_model is not None:
+                r = self.runner
+                draft_runner = DraftRunner(draft_model, draft_config, r.num_blocks, config.block_size, r.device,
+                                           r.dtype, r.attention_backend, self.max_model_len + 1)
+            self.speculator = Speculator(config.speculative, config.num_speculative_tokens,
+                                         config.speculative_adaptive, draft_runner, config.ngram_min, config.ngram_max,
+                                         config.max_num_batched_tokens)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.eos_token_ids = set(self.model_config.eos_token_ids)
@@ -57,9 +79,28 @@ class Engine:
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str = "cpu", dtype: str | None = None, block_size: int = 16,
                         kv_cache_bytes: int | None = None, max_num_seqs: int = 256, max_model_len: int | None = None,
-                        **kwargs: Any) -> "Engine":
+                        draft: "str | Path | Engine | None" = None, speculative: str | None = None,
+                        num_speculative_tokens: int = 4, **kwargs: Any) -> "Engine":
+        """speculative: "draft" (the default when `draft` is given), "ngram" or None."""
+        if speculative is None and draft is not None:
+            speculative = "draft"
         return cls(path, EngineConfig(device=device, dtype=dtype, block_size=block_size, kv_cache_bytes=kv_cache_bytes,
-                                      max_num_seqs=max_num_seqs, max_model_len=max_model_len, **kwargs))
+                                      max_num_seqs=max_num_seqs, max_model_len=max_model_len, speculative=speculative,
+                                      num_speculative_tokens=num_speculative_tokens, **kwargs), draft=draft)
+
+    def _load_draft(self, draft: Any) -> tuple[Any, ModelConfig | None]:
+        speculative = self.config.speculative
+        if speculative != "draft":
+            if draft is not None:
+                raise ValueError(f"a draft model was given, but speculative={speculative!r}: use speculative='draft'")
+            return None, None
+        if draft is None:
+            raise ValueError("speculative='draft' needs a draft model: draft=<checkpoint folder or Engine>")
+        device = torch.device(self.config.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device='cuda' was asked for, but CUDA is not available")
+        dtype = resolve_dtype(self.config.dtype, device, self.model_config)
+        return load_draft(draft, self.path, self.model_config, self.tokenizer, device, dtype)
 
     def _resolve_max_model_len(self) -> int:
         capacity = self.runner.num_blocks * self.config.block_size
@@ -151,13 +192,22 @@ class Engine:
         with self._lock:
             outputs: list[RequestOutput] = []
             self._admit_pending(outputs)
+            spec = self.speculator
+            if spec is not None:
+                spec.plan(self.scheduler, self.max_model_len)
             sched = self.scheduler.schedule()
             if not sched.scheduled:
                 assert not self.scheduler.has_unfinished(), "requests are waiting but none can be scheduled"
                 return outputs
             self.num_steps += 1
             try:
+                if spec is not None:
+                    spec.propose(sched.scheduled)
+                    start = time.perf_counter()
+                num_spec = [s.num_spec_tokens for s in sched.scheduled]
                 sampled = self.runner.execute(sched.scheduled)
+                if spec is not None:
+                    spec.observe_target(sched.num_tokens, time.perf_counter() - start)
             except Exception as exc:  # a failed step fails its own requests, never the engine
                 logger.exception("engine step failed")
                 for s in sched.scheduled:
@@ -165,10 +215,17 @@ class Engine:
                 return outputs
             for i, s in enumerate(sched.scheduled):
                 seq = s.seq
+                was_decoding = seq.num_output_tokens > 0 and s.num_new_tokens == 1 + num_spec[i]
                 seq.num_computed_tokens += s.num_new_tokens
-                if i in sampled:
-                    token, logprob = sampled[i]
+                out = sampled.get(i)
+                if out is None:
+                    continue
+                if spec is not None and (out.num_draft_tokens or was_decoding):
+                    spec.verified(seq, out.num_draft_tokens, out.num_accepted)
+                for token, logprob in zip(out.token_ids, out.logprobs):
                     self._append_token(seq, token, logprob, outputs)
+                    if seq.is_finished:
+                        break
             return outputs
 
     def _admit_pending(self, outputs: list[RequestOutput]) -> None:
@@ -342,7 +399,8 @@ class Engine:
                            kv_cache_usage=used / bm.num_blocks, num_running=len(self.scheduler.running),
                            num_waiting=len(self.scheduler.waiting) + len(self._pending),
                            prefix_cache_hit_rate=bm.prefix_hit_rate, num_preemptions=self.scheduler.num_preemptions,
-                           num_steps=self.num_steps)
+                           num_steps=self.num_steps,
+                           speculative=self.speculator.stats() if self.speculator is not None else None)
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):

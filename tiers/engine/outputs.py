@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tiers.engine.sequence import TokenLogprob
+from tiers.spec_decode.metrics import SpecDecodeStats
 
 
 @dataclass
@@ -37,3 +38,4 @@ class EngineStats:
     prefix_cache_hit_rate: float  # prompt tokens served from the cache / prompt tokens looked up
     num_preemptions: int
     num_steps: int
+    speculative: SpecDecodeStats | None = None  # acceptance figures when speculative decoding is on

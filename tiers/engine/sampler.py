@@ -1,9 +1,26 @@
 """Turns the last-position logits of each sampling sequence into its next token (and logprobs if asked)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from tiers.engine.sequence import Sequence, TokenLogprob
+
+
+@dataclass
+class SamplerOutput:
+    """What one step appends to a sequence: one token, or with speculation the accepted draft tokens and one more."""
+    token_ids: list[int]
+    logprobs: list[TokenLogprob | None] = field(default_factory=list)
+    num_draft_tokens: int = 0  # draft tokens verified this step
+    num_accepted: int = 0  # of which accepted
+
+
+def exponential_race(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """argmax(p / E) with E ~ Exp(1) draws from p (each row); E comes from the request's generator."""
+    noise = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / noise).argmax(dim=-1)
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[TokenLogprob | None]]:
@@ -13,7 +30,7 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[
     sampled_rows = [i for i, seq in enumerate(seqs) if not seq.params.greedy]
     if sampled_rows:
         rows = torch.tensor(sampled_rows, device=logits.device)
-        probs = _processed_probs(logits[rows], [seqs[i].params for i in sampled_rows])
+        probs = processed_probs(logits[rows], [seqs[i].params for i in sampled_rows])
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p; E comes from the request's generator.
         noise = torch.empty_like(probs)
         for j, i in enumerate(sampled_rows):
@@ -24,18 +41,28 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[
     wanted = [i for i, seq in enumerate(seqs) if seq.params.logprobs is not None]
     if wanted:
         rows = torch.tensor(wanted, device=logits.device)
-        all_logprobs = torch.log_softmax(logits[rows], dim=-1)
-        k = max(seqs[i].params.logprobs or 0 for i in wanted)
-        top_values, top_ids = all_logprobs.topk(k, dim=-1) if k else (None, None)
-        chosen = all_logprobs.gather(1, tokens[rows].unsqueeze(1)).squeeze(1).tolist()
-        for j, i in enumerate(wanted):
-            n = seqs[i].params.logprobs or 0
-            top = list(zip(top_ids[j, :n].tolist(), top_values[j, :n].tolist())) if n else []
-            logprobs[i] = TokenLogprob(token_list[i], chosen[j], top)
+        computed = token_logprobs(logits[rows], [token_list[i] for i in wanted], [seqs[i].params.logprobs or 0
+                                                                                 for i in wanted])
+        for i, lp in zip(wanted, computed):
+            logprobs[i] = lp
     return token_list, logprobs
 
 
-def _processed_probs(logits: torch.Tensor, params: list) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, token_ids: list[int], num_top: list[int]) -> list[TokenLogprob]:
+    """Logprobs of the model's distribution (row i) for token_ids[i], with its num_top[i] best alternatives."""
+    all_logprobs = torch.log_softmax(logits, dim=-1)
+    k = max(num_top)
+    top_values, top_ids = all_logprobs.topk(k, dim=-1) if k else (None, None)
+    chosen = all_logprobs.gather(1, torch.tensor(token_ids, device=logits.device).unsqueeze(1)).squeeze(1).tolist()
+    out = []
+    for j, n in enumerate(num_top):
+        top = list(zip(top_ids[j, :n].tolist(), top_values[j, :n].tolist())) if n else []
+        out.append(TokenLogprob(token_ids[j], chosen[j], top))
+    return out
+
+
+def processed_probs(logits: torch.Tensor, params: list) -> torch.Tensor:
+    """The distribution each row samples from: temperature, then top-k, then top-p (renormalised)."""
     temperature = torch.tensor([p.temperature for p in params], device=logits.device, dtype=logits.dtype)
     logits = logits / temperature.unsqueeze(1)
     top_ks = [p.top_k for p in params]

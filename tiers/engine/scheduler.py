@@ -4,6 +4,8 @@ There are no prefill and decode phases: each sequence has computed tokens and a 
 serves running sequences first, then admits waiting ones, until the token budget or max_num_seqs is used up.
 A prompt longer than the remaining budget is prefilled in chunks over several steps. When the KV pool runs
 out, the lowest-priority running sequence is preempted: its blocks are freed and it is recomputed later.
+A decoding sequence may also get slots for `num_lookahead_tokens` draft tokens (speculative decoding): when the
+budget or the blocks do not allow them, it decodes plainly rather than preempting anyone.
 """
 from __future__ import annotations
 
@@ -21,8 +23,14 @@ class ScheduledSequence:
 
     @property
     def samples(self) -> bool:
-        """After this step the sequence has computed all its tokens, so the step samples its next token."""
-        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+        """After this step the sequence has computed all its tokens, so the step samples its next token (or, with
+        draft tokens, verifies them and samples one more)."""
+        return self.seq.num_computed_tokens + self.num_new_tokens >= self.seq.num_tokens
+
+    @property
+    def num_spec_tokens(self) -> int:
+        """Draft tokens scheduled for verification after the sequence's own tokens."""
+        return max(0, self.seq.num_computed_tokens + self.num_new_tokens - self.seq.num_tokens)
 
 
 @dataclass
@@ -83,6 +91,12 @@ class Scheduler:
     def _schedule_running(self, seq: Sequence, budget: int, out: SchedulerOutput) -> int | None:
         num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
         assert num_new > 0, "a running sequence has nothing to compute"
+        num_spec = min(seq.num_lookahead_tokens, budget - num_new) if seq.num_tokens - seq.num_computed_tokens == 1 \
+            else 0
+        if num_spec > 0 and self._lookahead_fits(seq, num_new + num_spec) and \
+                self.block_manager.allocate_slots(seq, num_new + num_spec):
+            out.scheduled.append(ScheduledSequence(seq, num_new + num_spec))
+            return num_new + num_spec
         while not self.block_manager.allocate_slots(seq, num_new):
             victim = self.running[-1]  # lowest priority, latest arrival: never one scheduled before it this step
             self._preempt(victim)
@@ -91,6 +105,13 @@ class Scheduler:
                 return None
         out.scheduled.append(ScheduledSequence(seq, num_new))
         return num_new
+
+    def _lookahead_fits(self, seq: Sequence, num_new: int) -> bool:
+        """Draft-token slots are a bonus: taken only while the pool keeps a free block per running sequence, so
+        speculation does not use up the blocks the others need for their next tokens."""
+        bm = self.block_manager
+        extra = bm.num_blocks_for(seq.num_computed_tokens + num_new) - len(seq.blocks)
+        return extra <= 0 or bm.num_free_blocks - extra >= len(self.running)
 
     def _admit(self, seq: Sequence, budget: int, out: SchedulerOutput) -> int | None:
         while len(self.running) >= self.max_num_seqs:
@@ -127,7 +148,7 @@ class Scheduler:
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.block_manager.free(seq)
-        seq.num_computed_tokens = 0
+        seq.num_computed_tokens = seq.num_draft_computed_tokens = 0
         seq.num_preemptions += 1
         self.num_preemptions += 1
         self.add(seq)

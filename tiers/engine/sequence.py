@@ -54,6 +54,14 @@ class Sequence:
         self.logprobs: list[TokenLogprob] = []
         self.first_token_time: float | None = None
         self.num_preemptions = 0
+        # Speculative decoding: the draft tokens this step verifies (after token_ids, never part of them), the
+        # draft's distributions for them when the request samples (None: the proposals were deterministic), how
+        # many of them the controller asked for, and how many tokens the draft model's own KV cache holds.
+        self.spec_token_ids: list[int] = []
+        self.draft_probs: torch.Tensor | None = None
+        self.num_lookahead_tokens = 0
+        self.num_draft_computed_tokens = 0
+        self.spec_acceptance: Any = None  # the adaptive controller's per-request acceptance estimate
         # Incremental detokenization state (used for streams and stop strings).
         self.text = ""
         self.prefix_offset = max(0, self.num_prompt_tokens - 5)
@@ -72,6 +80,12 @@ class Sequence:
     @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens:]
+
+    def tokens_at(self, start: int, end: int) -> list[int]:
+        """Tokens at positions start:end, the draft tokens continuing token_ids."""
+        if end <= len(self.token_ids):
+            return self.token_ids[start:end]
+        return (self.token_ids + self.spec_token_ids)[start:end]
 
     @property
     def is_finished(self) -> bool:

@@ -84,6 +84,8 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config) for _ in range(config.num_layers))
+        for i, layer in enumerate(self.layers):
+            layer.self_attn.attn.layer_idx = i
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:

@@ -1,0 +1,420 @@
+"""Speculative decoding: greedy identity with the target alone (and transformers), the exact output distribution
+of the rejection sampler, rollback of rejected positions without leaking blocks, vocabulary checks, stats."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from conftest import INIT_RANGE
+from test_engine_equality import hf_greedy, make_prompts
+from tiers import Engine, SamplingParams
+from tiers.checkpoints import create_draft_target_pair, create_random_checkpoint
+from tiers.engine.sampler import processed_probs
+from tiers.engine.sequence import Sequence
+from tiers.spec_decode.adaptive import (AcceptanceEstimate, CostModel, SpecController,
+                                        expected_tokens)
+from tiers.spec_decode.proposer import NgramProposer
+from tiers.spec_decode.rejection_sampler import verify_one
+
+MAX_TOKENS = 24
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """These models are tiny: a second thread buys nothing, and on a shared machine contended threads make every
+    small op many times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(target, draft): the draft is the target's first layer; the target's two extra layers add small residuals,
+    so acceptance is partial (about 0.5): both accepted runs (and the draft's catch-up) and rejections happen."""
+    return create_draft_target_pair(tmp_path_factory.mktemp("pair"), draft_layers=1, extra_layers=2,
+                                    residual_scale=0.1, initializer_range=INIT_RANGE)
+
+
+@pytest.fixture(scope="module")
+def bad_draft(tmp_path_factory):
+    """Unrelated random weights, same tokenizer: nearly every draft token is rejected."""
+    return create_random_checkpoint(tmp_path_factory.mktemp("bad") / "draft", "llama", seed=7, num_layers=1,
+                                    initializer_range=INIT_RANGE)
+
+
+def greedy(engine: Engine, prompts, max_tokens: int = MAX_TOKENS, **kw) -> list[list[int]]:
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, **kw)
+    return [o.token_ids for o in engine.generate(prompts, params)]
+
+
+def assert_no_leak(engine: Engine) -> None:
+    stats = engine.stats()
+    assert stats.num_used_blocks == 0 and stats.num_running == stats.num_waiting == 0
+    assert all(b.ref_count == 0 for b in engine.block_manager.pool.blocks)
+
+
+def kv_block_bytes(target, draft=None) -> int:
+    """The KV bytes of one block for the target and, with a draft, the draft's pool too."""
+    probe = Engine.from_pretrained(target, max_model_len=128, draft=draft)
+    return probe.runner.kv_bytes_per_block + probe.runner.extra_kv_bytes_per_block
+
+
+@pytest.mark.parametrize("method", ["draft", "ngram"])
+def test_greedy_identity_batched(pair, method):
+    target, draft = pair
+    prompts = make_prompts(512)
+    plain = greedy(Engine.from_pretrained(target), prompts)
+    kwargs = {"draft": draft} if method == "draft" else {"speculative": "ngram"}
+    engine = Engine.from_pretrained(target, speculative_adaptive=False, **kwargs)
+    assert greedy(engine, prompts) == plain == hf_greedy(target, prompts, MAX_TOKENS)
+    stats = engine.stats().speculative
+    assert stats.num_verifications > 0 and stats.num_draft_tokens > stats.num_accepted_tokens
+    if method == "draft":
+        assert stats.num_accepted_tokens > 0 and stats.per_position_acceptance[-1] > 0  # full acceptances too
+    assert_no_leak(engine)
+
+
+def test_greedy_identity_with_chunked_prefill_and_preemption(pair):
+    target, draft = pair
+    prompts = make_prompts(512)
+    expected = hf_greedy(target, prompts, MAX_TOKENS)
+    chunked = Engine.from_pretrained(target, draft=draft, max_num_batched_tokens=7, speculative_adaptive=False)
+    assert greedy(chunked, prompts) == expected
+    assert_no_leak(chunked)
+    block = kv_block_bytes(target, draft)
+    for prefix_caching in (False, True):
+        tight = Engine.from_pretrained(target, draft=draft, max_model_len=128, kv_cache_bytes=11 * block,
+                                       enable_prefix_caching=prefix_caching, max_num_batched_tokens=13,
+                                       speculative_adaptive=False)
+        assert tight.stats().num_blocks == 11
+        assert greedy(tight, prompts) == expected
+        assert tight.stats().num_preemptions > 0
+        assert_no_leak(tight)
+
+
+def test_stops_inside_an_accepted_run_truncate_it(pair):
+    """Several tokens per step: stop ids, eos and max_tokens are checked token by token."""
+    target, _ = pair
+    engine = Engine.from_pretrained(target, draft=target, speculative_adaptive=False)  # accepts everything
+    prompts = make_prompts(512)[:3]
+    plain = greedy(Engine.from_pretrained(target), prompts)
+    stop_id = plain[0][6]
+    outs = engine.generate(prompts, SamplingParams(max_tokens=11, temperature=0, ignore_eos=True,
+                                                   stop_token_ids=[stop_id]))
+    first = plain[0].index(stop_id)
+    assert outs[0].token_ids == plain[0][:first + 1] and outs[0].finish_reason == "stop"
+    for out, ref in zip(outs[1:], plain[1:]):
+        cut = ref.index(stop_id) + 1 if stop_id in ref[:11] else 11
+        assert out.token_ids == ref[:cut]
+    assert engine.stats().speculative.acceptance_rate == 1.0
+    assert_no_leak(engine)
+
+
+def test_logprobs_with_speculation_match_plain_decoding(pair):
+    target, draft = pair
+    prompt = make_prompts(512)[3]
+    params = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True, logprobs=2)
+    plain = Engine.from_pretrained(target).generate([prompt], params)[0]
+    spec = Engine.from_pretrained(target, draft=draft, speculative_adaptive=False).generate([prompt], params)[0]
+    assert spec.token_ids == plain.token_ids and len(spec.logprobs) == 10
+    for a, b in zip(spec.logprobs, plain.logprobs):
+        assert a.token_id == b.token_id and a.logprob == pytest.approx(b.logprob, abs=1e-4)
+        assert [t for t, _ in a.top] == [t for t, _ in b.top]
+
+
+def test_draft_kv_catches_up_under_preemption_prefix_caching_and_chunked_prefill(pair, tmp_path):
+    """A draft with the target's own weights (a separate copy, its own KV pool) must agree on every token, and it
+    only does if its KV is right: recomputed after preemption, caught up on prefix-cache hits (the draft's pool
+    holds nothing for blocks another request computed), on the bonus token after a full acceptance and on the
+    tokens decoded while adaptive k chose 0. Any stale or missing draft KV shows as a rejection."""
+    target, _ = pair
+    twin = tmp_path / "twin"
+    shutil.copytree(target, twin)
+    prompts = make_prompts(512)
+    expected = hf_greedy(target, prompts, MAX_TOKENS)
+    block = kv_block_bytes(target, twin)
+    engine = Engine.from_pretrained(target, draft=twin, max_model_len=128, kv_cache_bytes=12 * block,
+                                    max_num_batched_tokens=13)
+    assert greedy(engine, prompts) == expected
+    stats = engine.stats()
+    spec = stats.speculative
+    assert stats.num_preemptions > 0 and stats.prefix_cache_hit_rate > 0
+    assert spec.num_plain_decodes > 0 and spec.num_verifications > 0  # k = 0 gaps, then catch-up
+    assert spec.acceptance_rate == 1.0 and spec.alpha == 1.0
+    assert spec.per_position_acceptance[0] == 1.0 and spec.mean_tokens_per_verification > 2
+    assert_no_leak(engine)
+
+
+def test_triton_backend_verifies_draft_tokens(pair):
+    """The Triton paged-attention kernel (the interpreter on CPU) attends the (k+1)-token verification chunks and
+    writes the draft's own KV pool."""
+    target, draft = pair
+    prompts = make_prompts(512)[:4]
+    engine = Engine.from_pretrained(target, draft=draft, attention_backend="triton", max_model_len=128,
+                                    max_num_batched_tokens=24, num_speculative_tokens=3, speculative_adaptive=False)
+    assert engine.runner.attention_backend == "triton"
+    assert greedy(engine, prompts, 8) == hf_greedy(target, prompts, 8)
+    assert engine.stats().speculative.num_accepted_tokens > 0
+    assert_no_leak(engine)
+
+
+def test_engine_as_draft_shares_its_weights(pair):
+    target, draft = pair
+    small = Engine.from_pretrained(draft)
+    prompts = make_prompts(512)[:4]
+    small_before = greedy(small, prompts)
+    large = Engine.from_pretrained(target, draft=small, speculative_adaptive=False)
+    assert large.speculator.proposer.runner.model is small.runner.model  # no second copy
+    assert greedy(large, prompts) == greedy(Engine.from_pretrained(target), prompts)
+    assert greedy(small, prompts) == small_before  # the small tier's own cache and outputs are untouched
+    assert large.stats().speculative.num_accepted_tokens > 0
+
+
+def test_rejections_leak_no_blocks(pair, bad_draft):
+    """A draft that is nearly always wrong, forced to keep drafting, with preemptions and prefix caching: every
+    step, computed counts stay within the blocks and the draft never runs ahead; at the end every block is free."""
+    target, _ = pair
+    block = kv_block_bytes(target, bad_draft)
+    engine = Engine.from_pretrained(target, draft=bad_draft, max_model_len=128, kv_cache_bytes=12 * block,
+                                    max_num_batched_tokens=20, speculative_adaptive=False)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(10, 512, (int(n),), generator=g).tolist() for n in torch.randint(1, 60, (10,), generator=g)]
+    for i, p in enumerate(prompts):
+        engine.add_request(p, SamplingParams(max_tokens=20 + i, temperature=0.0 if i % 2 else 0.9, seed=i,
+                                             ignore_eos=True))
+    bs = engine.config.block_size
+    while engine.has_unfinished_requests():
+        engine.step()
+        for seq in engine.scheduler.running:
+            assert seq.num_computed_tokens < seq.num_tokens and seq.num_computed_tokens <= len(seq.blocks) * bs
+            assert seq.num_draft_computed_tokens <= seq.num_computed_tokens
+            assert not seq.spec_token_ids
+    stats = engine.stats()
+    assert stats.num_preemptions > 0
+    assert stats.speculative.num_draft_tokens > 100 and stats.speculative.acceptance_rate < 0.3
+    assert_no_leak(engine)
+
+
+def test_adaptive_k_switches_a_bad_draft_off(pair, bad_draft):
+    target, _ = pair
+    engine = Engine.from_pretrained(target, draft=bad_draft)
+    greedy(engine, make_prompts(512)[:2], max_tokens=64)
+    stats = engine.stats().speculative
+    assert stats.num_plain_decodes > stats.num_verifications  # it stopped drafting once acceptance was seen
+    assert_no_leak(engine)
+
+
+def test_vocabulary_mismatch_is_refused_at_construction(pair, tmp_path):
+    target, draft = pair
+    other_size = create_random_checkpoint(tmp_path / "bigger", "llama", vocab_size=640, num_layers=1)
+    with pytest.raises(ValueError, match=r"bigger.*640 tokens.*target.*512"):
+        Engine.from_pretrained(target, draft=other_size)
+    other_tokenizer = tmp_path / "other-tokenizer"
+    shutil.copytree(draft, other_tokenizer)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(create_random_checkpoint(tmp_path / "t300", "llama", vocab_size=300, num_layers=1) / name,
+                    other_tokenizer / name) if not (tmp_path / "t300" / name).exists() else \
+            shutil.copy(tmp_path / "t300" / name, other_tokenizer / name)
+    with pytest.raises(ValueError, match="different tokenizer vocabularies"):
+        Engine.from_pretrained(target, draft=other_tokenizer)
+    with pytest.raises(ValueError, match="needs a draft model"):
+        Engine.from_pretrained(target, speculative="draft")
+
+
+# ---- the exact distribution --------------------------------------------------------------------------------
+
+
+def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson's test of counts against probs; cells expected below 5 are pooled."""
+    n = counts.sum()
+    expected = probs.double() * n
+    small = expected < 5
+    obs = torch.cat([counts[~small].double(), counts[small].double().sum().reshape(1)])
+    exp = torch.cat([expected[~small], expected[small].sum().reshape(1)])
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    stat = ((obs - exp) ** 2 / exp).sum()
+    dof = len(obs) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), stat / 2))
+
+
+@pytest.mark.parametrize("with_q", [True, False])
+def test_rejection_sampler_reproduces_the_target_distribution(with_q):
+    """One position, many draws: whatever q proposes, the emitted token is distributed as p."""
+    g = torch.Generator().manual_seed(0)
+    vocab, n = 8, 6000
+    p = torch.softmax(torch.randn(2, vocab, generator=g) * 1.5, dim=-1)
+    q = torch.softmax(torch.randn(1, vocab, generator=g) * 1.5, dim=-1)
+    counts = torch.zeros(vocab)
+    for i in range(n):
+        draft = int(torch.multinomial(q[0], 1, generator=g)) if with_q else i % vocab
+        counts[verify_one(p, [draft], q if with_q else None, g)[0]] += 1
+    assert chi_square_p_value(counts, p[0]) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab_pair(tmp_path_factory):
+    """Token-id-only Llamas with a 24-token vocabulary (no tokenizer): a 2-layer target and, as its draft, the same
+    weights less the second layer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("tiny-vocab")
+    config = LlamaConfig(vocab_size=24, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                         initializer_range=0.3, bos_token_id=0, eos_token_id=1, pad_token_id=2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        target = LlamaForCausalLM(config).eval()
+    target.save_pretrained(root / "target")
+    draft = LlamaForCausalLM(LlamaConfig(**{**config.to_dict(), "num_hidden_layers": 1})).eval()
+    draft.load_state_dict({k: v for k, v in target.state_dict().items() if ".layers.1." not in k})
+    draft.save_pretrained(root / "draft")
+    return root / "target", root / "draft"
+
+
+def exact_marginals(path, prompt: list[int], params: SamplingParams, steps: int) -> list[torch.Tensor]:
+    """The target's exact marginal distribution of output tokens 1..steps under `params`, by enumeration."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    vocab = model.config.vocab_size
+    contexts = torch.tensor([prompt])
+    weights = torch.ones(1, dtype=torch.float64)
+    marginals = []
+    with torch.no_grad():
+        for _ in range(steps):
+            logits = model(contexts).logits[:, -1].float()
+            probs = processed_probs(logits, [params] * len(contexts)).double()
+            joint = weights[:, None] * probs  # [contexts, vocab]
+            marginals.append(joint.sum(0))
+            contexts = torch.cat([contexts.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(len(contexts))[:, None]],
+                                 dim=1)
+            weights = joint.reshape(-1)
+    return marginals
+
+
+@pytest.mark.parametrize("params", [SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True),
+                                    SamplingParams(max_tokens=4, temperature=0.8, top_k=12, top_p=0.9,
+                                                   ignore_eos=True)], ids=["plain", "top-k-top-p"])
+def test_speculative_sampling_matches_the_target_distribution(tiny_vocab_pair, params):
+    """Output tokens 2 and 3 come from verification (token 1 from the prefill): over 2,000 fixed seeds their
+    empirical distributions match the target's exact marginals (chi-square)."""
+    target, draft = tiny_vocab_pair
+    prompt = [3, 9, 4, 17, 5]
+    engine = Engine.from_pretrained(target, draft=draft, num_speculative_tokens=2, speculative_adaptive=False)
+    n = 2000
+    seeded = [SamplingParams(**{**params.__dict__, "seed": seed}) for seed in range(n)]
+    outs = engine.generate([prompt] * n, seeded)
+    tokens = torch.tensor([o.token_ids for o in outs])
+    stats = engine.stats().speculative
+    assert stats.num_draft_tokens > 3000 and 0.2 < stats.acceptance_rate < 0.95  # both branches well exercised
+    marginals = exact_marginals(target, prompt, params, 3)
+    for position in (1, 2):
+        counts = torch.bincount(tokens[:, position], minlength=24).double()
+        assert chi_square_p_value(counts, marginals[position]) > 1e-3, f"output token {position + 1}"
+    assert_no_leak(engine)
+
+
+# ---- units ---------------------------------------------------------------------------------------------------
+
+
+def test_ngram_lookup_copies_the_latest_continuation():
+    proposer = NgramProposer(1, 3)
+    assert proposer.lookup([1, 2, 3, 9, 1, 2, 3, 7, 8, 1, 2, 3], 3) == [7, 8, 1]
+    assert proposer.lookup([5, 6, 7], 2) == []
+    assert proposer.lookup([4, 1, 4], 4) == [1, 4]
+
+
+def test_acceptance_and_cost_estimates():
+    est = AcceptanceEstimate(0.0, 0.0)
+    for _ in range(30):
+        est.update(4, 4)
+    assert est.alpha == 1.0
+    est.update(4, 0)
+    assert est.alpha < 1.0
+    assert expected_tokens(0.0, 4) == 1.0 and expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    cost = CostModel()
+    cost.observe(1, 1.0)
+    cost.observe(40, 5.0)
+    assert cost.estimate(20) == pytest.approx(1.0 + 4.0 * 19 / 39)
+    assert cost.estimate(80) == pytest.approx(5.0 + 4.0 / 39 * 40)
+
+
+def decoding_sequences(n: int, alpha: float) -> list[Sequence]:
+    seqs = []
+    for i in range(n):
+        seq = Sequence(f"r{i}", [5] * 40, SamplingParams(max_tokens=100, temperature=0.0))
+        seq.num_computed_tokens = seq.num_tokens - 1
+        seq.spec_acceptance = AcceptanceEstimate(alpha * 10, 10.0)
+        seqs.append(seq)
+    return seqs
+
+
+def test_adaptive_k_follows_measured_costs():
+    """k maximises expected tokens per second under the measured costs: on a CPU whose matmuls cost the same for
+    1-3 rows and double at 4 rows, batch 1 speculates k = 2; at batch 8, where every extra row costs nearly as
+    much as a plain decode, it switches speculation off; with a poor acceptance it stays off at batch 1 too."""
+    controller = SpecController(max_k=4)
+    for tokens, seconds in [(1, 1.0), (3, 1.05), (5, 2.0), (8, 3.0), (16, 6.0), (32, 12.0), (40, 15.0)]:
+        controller.observe_target(tokens, seconds)
+    controller.observe_draft(1, 0.1)
+    controller.observe_draft(8, 0.3)
+    one = decoding_sequences(1, 0.9)
+    assert controller.plan(one, 1024, 0) == 2 and one[0].num_lookahead_tokens == 2
+    eight = decoding_sequences(8, 0.9)
+    assert controller.plan(eight, 1024, 0) == 0 and all(s.num_lookahead_tokens == 0 for s in eight)
+    assert controller.plan(decoding_sequences(1, 0.1), 1024, 0) == 0
+    # never past max_tokens: a request one token from its end is not given draft tokens
+    last = decoding_sequences(1, 0.9)[0]
+    last.params = SamplingParams(max_tokens=1, temperature=0.0)
+    controller.plan([last], 1024, 0)
+    assert last.num_lookahead_tokens == 0
+
+
+def test_adaptive_k_measures_every_step_size_once():
+    """Costs are not smooth in the token count, so before trusting an estimate the controller tries each step
+    size a k would give (k = 0 included)."""
+    controller = SpecController(max_k=4)
+    controller.observe_target(1, 1.0)
+    controller.observe_draft(1, 0.1)
+    tried = set()
+    for _ in range(3):
+        k = controller.plan(decoding_sequences(1, 0.9), 1024, 0)
+        controller.observe_target(1 + k, 1.0 + 0.1 * k)
+        tried.add((1 + k).bit_length())
+    assert tried == {2, 3}  # 2-3 and 4-7 tokens: the buckets it had not seen
+
+
+def test_leviathan_prediction():
+    from tiers.bench_speculative import leviathan_speedup
+
+    assert leviathan_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8 ** 5) / (0.2 * 1.2))
+    assert leviathan_speedup(1.0, 3, 0.0) == 4.0 and leviathan_speedup(0.0, 2, 0.1) == pytest.approx(1 / 1.2)
+
+
+def test_draft_slots_never_take_the_blocks_others_need():
+    """Two decoding sequences each at a block boundary, two free blocks: both decode, neither gets draft slots
+    that would leave the other without a block (which would preempt it); with room to spare, both speculate."""
+    from tiers.engine.block_manager import BlockManager
+    from tiers.engine.scheduler import Scheduler
+
+    def run(num_blocks: int) -> dict[str, int]:
+        scheduler = Scheduler(BlockManager(num_blocks, 4, False), max_num_seqs=8, max_num_batched_tokens=64)
+        seqs = [Sequence(name, list(range(start, start + 8)), SamplingParams(max_tokens=50))
+                for name, start in (("a", 100), ("b", 200))]
+        for s in seqs:
+            scheduler.add(s)
+        for s in scheduler.schedule().scheduled:  # the prefills: 2 blocks each, both full
+            s.seq.num_computed_tokens += s.num_new_tokens
+            s.seq.token_ids.append(7)
+            s.seq.num_lookahead_tokens = 4
+        out = scheduler.schedule()
+        assert not out.preempted
+        return {s.seq.request_id: s.num_new_tokens for s in out.scheduled}
+
+    assert run(6) == {"a": 1, "b": 1}  # 2 free blocks: one each for the next token, none for drafts
+    assert run(10) == {"a": 5, "b": 5}

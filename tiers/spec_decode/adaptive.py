@@ -1,0 +1,191 @@
+"""Adaptive k: how many draft tokens each decoding sequence gets this step (0: plain decoding).
+
+Leviathan et al.: with per-token acceptance alpha, k draft tokens yield E = (1 - alpha^(k+1)) / (1 - alpha)
+tokens per verification. Instead of their constant cost ratio we use measured costs, since verification is not
+free off a memory-bound GPU (on a CPU, k + 1 tokens per sequence multiply the target's matmul work): the step's
+time is T_target(tokens in the step) + k * T_draft(decoding sequences), both learned online. The k in 0..K with
+the most emitted tokens per second wins, so speculation switches itself off when acceptance is low or the batch is
+large enough that verification stops paying, and comes back when that changes. Acceptance is tracked per request
+(decaying counts, started from the engine-wide rate); a request below MIN_ALPHA sits out and drifts back toward
+the engine-wide rate, so it is tried again later.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tiers.engine.sequence import Sequence
+
+DECAY = 0.9  # per verification, for the per-request acceptance counts
+PRIOR_WEIGHT = 2.0  # pseudo-trials of the engine-wide rate that start a request's estimate
+MIN_ALPHA = 0.15
+EXPLORE_EVERY = 32  # steps: re-measure a step size (k = 0 included) the cost model has not seen lately
+
+
+@dataclass
+class AcceptanceEstimate:
+    accepted: float
+    trials: float
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.trials if self.trials else 0.0
+
+    def update(self, num_draft: int, num_accepted: int) -> None:
+        """A verification of num_draft tokens accepted num_accepted: that many successes, and one failure unless
+        all were accepted (the trials stop at the first rejection)."""
+        self.accepted = DECAY * self.accepted + num_accepted
+        self.trials = DECAY * self.trials + num_accepted + (num_accepted < num_draft)
+
+    def relax(self, alpha: float, rate: float = 0.05) -> None:
+        """Drift toward `alpha` while the request is not speculating."""
+        target = alpha * self.trials
+        self.accepted += rate * (target - self.accepted)
+
+
+class CostModel:
+    """Seconds of a forward pass as a function of its token count: decaying means per power-of-two bucket of the
+    count, interpolated linearly between buckets."""
+
+    def __init__(self, decay: float = 0.8) -> None:
+        self.decay = decay
+        self.buckets: dict[int, list[float]] = {}  # bucket -> [mean tokens, mean seconds, step last seen]
+
+    def observe(self, num_tokens: int, seconds: float, step: int = 0) -> None:
+        b = num_tokens.bit_length()
+        entry = self.buckets.get(b)
+        if entry is None:
+            self.buckets[b] = [float(num_tokens), seconds, step]
+            return
+        d = self.decay
+        entry[0] = d * entry[0] + (1 - d) * num_tokens
+        entry[1] = d * entry[1] + (1 - d) * seconds
+        entry[2] = step
+
+    def has_bucket(self, num_tokens: int) -> bool:
+        return num_tokens.bit_length() in self.buckets
+
+    def knows(self, num_tokens: int, step: int, max_age: int) -> bool:
+        entry = self.buckets.get(num_tokens.bit_length())
+        return entry is not None and step - entry[2] <= max_age
+
+    def estimate(self, num_tokens: int) -> float | None:
+        if not self.buckets:
+            return None
+        points = sorted((n, t) for n, t, _ in self.buckets.values())
+        lower = [p for p in points if p[0] <= num_tokens]
+        upper = [p for p in points if p[0] > num_tokens]
+        if lower and upper:
+            (n0, t0), (n1, t1) = lower[-1], upper[0]
+            return t0 + (t1 - t0) * (num_tokens - n0) / (n1 - n0)
+        if upper:  # below every measurement: at most the smallest one's time
+            return upper[0][1]
+        if len(lower) >= 2:  # above: extend the last segment's slope
+            (n0, t0), (n1, t1) = lower[-2], lower[-1]
+            return t1 + max(0.0, (t1 - t0) / (n1 - n0)) * (num_tokens - n1)
+        return lower[-1][1]
+
+
+class SpecController:
+    def __init__(self, max_k: int, adaptive: bool = True, draft_has_cost: bool = True, prior_alpha: float = 0.7
+                 ) -> None:
+        self.max_k, self.adaptive, self.draft_has_cost = max_k, adaptive, draft_has_cost
+        self.target_cost = CostModel()
+        self.draft_cost = CostModel()
+        self.global_alpha = AcceptanceEstimate(prior_alpha * 8, 8.0)
+        self.num_steps = 0
+        self.last_k = max_k
+
+    def acceptance(self, seq: Sequence) -> AcceptanceEstimate:
+        if seq.spec_acceptance is None:
+            alpha = self.global_alpha.alpha
+            seq.spec_acceptance = AcceptanceEstimate(alpha * PRIOR_WEIGHT, PRIOR_WEIGHT)
+        return seq.spec_acceptance
+
+    def record(self, seq: Sequence, num_draft: int, num_accepted: int) -> None:
+        if num_draft:
+            self.acceptance(seq).update(num_draft, num_accepted)
+            self.global_alpha.update(num_draft, num_accepted)
+
+    def plan(self, running: list[Sequence], max_model_len: int, num_other_tokens: int) -> int:
+        """Sets num_lookahead_tokens on every running sequence; returns the step's k. num_other_tokens: the
+        prefill tokens expected in the step besides the decodes."""
+        self.num_steps += 1
+        decoding: list[tuple[Sequence, int, float]] = []
+        for seq in running:
+            seq.num_lookahead_tokens = 0
+            if seq.num_tokens - seq.num_computed_tokens != 1:
+                continue
+            # Never propose past max_tokens or max_model_len: the step emits up to k + 1 tokens.
+            room = min(seq.params.max_tokens - seq.num_output_tokens, max_model_len - seq.num_tokens) - 1
+            est = self.acceptance(seq)
+            if room <= 0:
+                continue
+            if self.adaptive and est.alpha < MIN_ALPHA:
+                est.relax(self.global_alpha.alpha)
+                continue
+            decoding.append((seq, room, est.alpha))
+        if not decoding:
+            return 0
+        k = self._choose_k(decoding, num_other_tokens) if self.adaptive else self.max_k
+        self.last_k = k
+        for seq, room, _ in decoding:
+            seq.num_lookahead_tokens = min(k, room)
+        return k
+
+    def _choose_k(self, decoding: list[tuple[Sequence, int, float]], num_other: int) -> int:
+        candidates = []  # (k, emitted tokens expected, tokens in the step)
+        for k in range(self.max_k + 1):
+            emitted, tokens = 0.0, num_other
+            for _, room, alpha in decoding:
+                kk = min(k, room)
+                emitted += expected_tokens(alpha, kk)
+                tokens += 1 + kk
+            candidates.append((k, emitted, tokens))
+        # Measure every step size a k would give once (a forward's cost is not smooth in its token count: BLAS
+        # kernels change at row counts), then re-measure stale ones now and then, or a k decided on old figures
+        # (k = 0 above all) would stick.
+        phase = self.num_steps % EXPLORE_EVERY
+        for k, _, tokens in candidates:
+            if not self.target_cost.has_bucket(tokens):
+                return k
+        if phase == 0:
+            for k, _, tokens in candidates:
+                if not self.target_cost.knows(tokens, self.num_steps, 4 * EXPLORE_EVERY):
+                    return k
+        if (phase == EXPLORE_EVERY // 2 and self.draft_has_cost
+                and not self.draft_cost.knows(len(decoding), self.num_steps, 4 * EXPLORE_EVERY)):
+            return min(2, self.max_k)  # and the draft's cost
+        best_k, best_rate = 0, 0.0
+        for k, emitted, tokens in candidates:
+            seconds = self.target_cost.estimate(tokens)
+            if seconds is None:
+                return self.max_k  # nothing measured yet: try speculating
+            if k and self.draft_has_cost:
+                draft = self.draft_cost.estimate(len(decoding))
+                if draft is None:
+                    return self.max_k
+                seconds += k * draft
+            rate = emitted / max(seconds, 1e-9)
+            if rate > best_rate * 1.02 or k == 0:  # a longer k must pay clearly
+                best_k, best_rate = k, rate
+        return best_k
+
+    def observe_target(self, num_tokens: int, seconds: float) -> None:
+        self.target_cost.observe(num_tokens, seconds, self.num_steps)
+
+    def observe_draft(self, num_tokens: int, seconds: float) -> None:
+        self.draft_cost.observe(num_tokens, seconds, self.num_steps)
+
+    def cost_ratio(self) -> float | None:
+        """Leviathan's c: a draft forward's time over a target forward's, both for one token."""
+        t, d = self.target_cost.estimate(1), self.draft_cost.estimate(1)
+        if not self.draft_has_cost:
+            return 0.0
+        return None if t is None or d is None else d / t
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens a verification of k draft tokens emits on average (accepted + the recovered/bonus token)."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
