@@ -81,6 +81,9 @@ class GenerationState:
     choices: list[ChoiceState]
     first_token_at: float | None = None
     last_token_at: float | None = None
+    first_choice_tokens_after_first: int = 0  # the first choice's tokens after its first chunk (inter-token latency)
+    first_choice_started_at: float | None = None
+    queue_ms: float | None = None  # reported by the tier on a chunk (`queue_time_s`), when it knows it
     status: str = "ok"
     error: str | None = None
     http_status: int = 200
@@ -221,6 +224,14 @@ class ChatService:
                 if isinstance(item, BaseException):
                     raise item
                 now = time.perf_counter()
+                queue_time_s = getattr(item, "queue_time_s", None)
+                if queue_time_s is not None and state.queue_ms is None:
+                    state.queue_ms = queue_time_s * 1000
+                if item.num_new_tokens and index == 0:
+                    if state.first_choice_started_at is None:
+                        state.first_choice_started_at = now
+                    else:
+                        state.first_choice_tokens_after_first += item.num_new_tokens
                 if item.num_new_tokens:
                     if state.first_token_at is None:
                         state.first_token_at = now
@@ -426,6 +437,7 @@ class ChatService:
             answer=self._redact(first.text), prompt_tokens=_prompt_tokens(chat, state),
             completion_tokens=state.completion_tokens, cost_usd=cost, baseline_cost_usd=baseline,
             ttft_ms=None if ttft is None else ttft * 1000, latency_ms=(now - ctx.arrived) * 1000,
+            itl_ms=_mean_inter_token_ms(state), queue_ms=state.queue_ms,
             finish_reason=_finish_reason(first.finish_reason) if first.finish_reason else None,
             stream=bool(chat.body.stream), num_choices=len(state.choices), http_status=state.http_status,
             error=state.error))
@@ -482,6 +494,14 @@ class ChatService:
         if include_usage:
             chunk["usage"] = None
         return chunk
+
+
+def _mean_inter_token_ms(state: GenerationState) -> float | None:
+    """The first choice's mean time between output tokens (from its first to its last token)."""
+    if state.first_choice_started_at is None or state.last_token_at is None \
+            or state.first_choice_tokens_after_first <= 0:
+        return None
+    return (state.last_token_at - state.first_choice_started_at) * 1000 / state.first_choice_tokens_after_first
 
 
 def _prompt_tokens(chat: PreparedChat, state: GenerationState) -> int:

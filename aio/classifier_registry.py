@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from aio.db.models import ClassifierVersion, RouterSettings
+from aio.db.models import ClassifierVersion, RouterSettings, ThresholdChange
 from aio.db.records import utcnow
 
 ROUTER_SETTINGS_ID = 1
@@ -166,6 +166,9 @@ def set_router_state(engine: Engine, *, updated_by: str, quality: float | None =
         if retrain_due_reason is not None:
             row.retrain_due_at, row.retrain_due_reason = utcnow(), retrain_due_reason
         row.updated_at, row.updated_by, row.note = utcnow(), updated_by, note
+        if quality is not None or offsets is not None:  # the history the dashboard shows
+            session.add(ThresholdChange(changed_at=row.updated_at, quality=row.quality, offsets=dict(row.offsets or {}),
+                                        updated_by=updated_by, note=note))
     return router_state(engine)
 
 

@@ -48,15 +48,18 @@ class TierReplayer:
 
 
 class SqlVerdictStore:
-    def __init__(self, engine: Engine, flush_log: Callable[[float], bool] | None = None) -> None:
+    def __init__(self, engine: Engine, flush_log: Callable[[float], bool] | None = None, *,
+                 store_text: bool = True) -> None:
         self.engine = engine
         self.flush_log = flush_log  # the request row must be written before its verification (foreign key)
+        self.store_text = store_text  # log_prompts = false: both answers stay out of the database
 
     def save(self, verdict: Verdict) -> None:
         c, r = verdict.candidate, verdict.replay
         row = dict(request_id=c.request_id, tier=c.tier, reference_tier=verdict.reference_tier,
-                   reference_model=r.model, reference_answer=r.text, similarity=verdict.similarity,
-                   passed=verdict.passed, method=verdict.method, detail=verdict.detail or None, answer=c.answer,
+                   reference_model=r.model, reference_answer=r.text if self.store_text else None,
+                   similarity=verdict.similarity, passed=verdict.passed, method=verdict.method,
+                   detail=verdict.detail or None, answer=c.answer if self.store_text else None,
                    classifier_version=c.classifier_version, routing_score=c.routing_score,
                    judge_prompt_tokens=r.prompt_tokens, judge_completion_tokens=r.completion_tokens,
                    judge_cost_usd=r.cost_usd)

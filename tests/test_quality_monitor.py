@@ -340,3 +340,30 @@ def test_the_monitor_as_its_own_process(tmp_path, checkpoint_dir):
         assert sorted(r["request_id"] for r in rows) == sorted(ids) and all(r["passed"] for r in rows)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("store_text", [True, False])
+def test_redaction_keeps_both_answers_out_of_verifications(database_url, store_text):
+    """log_prompts = false: the verdict, similarity and costs are stored, neither answer is."""
+    from aio.db.database import make_engine
+    from aio.db.migrate import upgrade
+    from aio.db.models import Request, Verification
+    from aio.monitoring import SqlVerdictStore
+    from quality_monitor import Verdict
+    from sqlalchemy.orm import Session
+
+    engine = make_engine(database_url)
+    upgrade(engine)
+    with Session(engine) as session, session.begin():
+        session.add(Request(request_id="r1", status="ok", tier="small"))
+    verdict = Verdict(candidate(1, answer="the secret is hunter2"), "large",
+                      ReplayResult("hunter2 is the secret", "big", 10, 4, 0.002), 0.91, "cosine", True)
+    SqlVerdictStore(engine, store_text=store_text).save(verdict)
+    with Session(engine) as session:
+        row = session.scalars(sa.select(Verification)).one()
+    engine.dispose()
+    assert row.passed and row.similarity == pytest.approx(0.91) and row.judge_cost_usd == pytest.approx(0.002)
+    if store_text:
+        assert (row.answer, row.reference_answer) == ("the secret is hunter2", "hunter2 is the secret")
+    else:
+        assert row.answer is None and row.reference_answer is None

@@ -43,3 +43,23 @@ def current(config: Path | None = ConfigOption,
     typer.echo(f"{revision or '(empty)'} (the newest is {head}: run `aio db upgrade`)")
     if check:
         raise fail("the database schema is not up to date")
+
+
+@db_app.command()
+def prune(config: Path | None = ConfigOption,
+          days: int | None = typer.Option(None, "--days", min=1,
+                                          help="keep this many days of raw rows (default: raw_retention_days)")) -> None:
+    """Delete raw request rows (and their verifications) older than the retention; daily aggregates stay."""
+    from aio.db.retention import prune_raw_rows
+    from aio.settings import ConfigError, load_settings
+
+    try:
+        retention = days or load_settings(config).raw_retention_days
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    if retention is None:
+        raise fail("no retention: pass --days N or set raw_retention_days (AIO_RAW_RETENTION_DAYS)")
+    with database(config) as engine:
+        result = prune_raw_rows(engine, retention)
+    typer.echo(f"deleted {result.requests} request rows and {result.verifications} verifications older than "
+               f"{result.cutoff.isoformat()}; daily aggregates kept")

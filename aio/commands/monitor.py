@@ -46,7 +46,8 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> in
         tier_settings = demo_tier_settings(settings.home)["large"]
     reference = await asyncio.to_thread(build_tier, "large", tier_settings, not settings.tiers)
     prices = Prices(tier_settings.input_price_per_million, tier_settings.output_price_per_million)
-    quality_monitor = build_monitor(settings, reference, prices, SqlVerdictStore(engine))
+    store = SqlVerdictStore(engine, store_text=settings.log_prompts)
+    quality_monitor = build_monitor(settings, reference, prices, store)
     quality_monitor.start()
     seen: set[str] = set()
     try:

@@ -26,7 +26,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from aio.db.database import safe_url
-from aio.db.models import DailyAggregate, Request
+from aio.db.histograms import LATENCY_METRICS, SCORE_METRIC, bucket_of
+from aio.db.models import DailyAggregate, DailyHistogram, DailyUsage, Request
 from aio.db.records import RequestRecord
 from aio.db.spill import SpillFile
 
@@ -35,7 +36,10 @@ logger = logging.getLogger(__name__)
 NO_TIER = "none"  # the daily_aggregates tier of requests rejected before routing
 _RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
 _SUM_COLUMNS = ("num_requests", "num_errors", "prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd",
-                "sum_latency_ms", "num_latency", "sum_ttft_ms", "num_ttft")
+                "sum_latency_ms", "num_latency", "sum_ttft_ms", "num_ttft", "num_escalations", "num_fallbacks")
+_USAGE_SUMS = ("num_requests", "num_errors", "prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd")
+_HISTOGRAM_METRICS = (*LATENCY_METRICS, SCORE_METRIC)
+MAX_USER_CHARS = 200  # `user` as kept in daily_usage
 _INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
@@ -69,7 +73,7 @@ class LogWriter:
         self._flush_interval_s = flush_interval_s
         self._retry_initial_s = retry_initial_s
         self._retry_max_s = retry_max_s
-        self._insert_requests, self._upsert_aggregates = _statements(_INSERTS[engine.dialect.name])
+        self._insert_requests, self._upserts = _statements(_INSERTS[engine.dialect.name])
 
         self._cond = threading.Condition()
         self._queue: deque[RequestRecord] = deque()
@@ -260,21 +264,28 @@ class LogWriter:
         with self._engine.begin() as connection:
             new_ids = set(connection.execute(self._insert_requests, rows).scalars())
             if new_ids:
-                aggregates = _aggregate(row for row in rows if row["request_id"] in new_ids)
-                connection.execute(self._upsert_aggregates, aggregates)
+                new_rows = [row for row in rows if row["request_id"] in new_ids]
+                for upsert, values in zip(self._upserts, (_aggregate(new_rows), _histograms(new_rows),
+                                                          _usage(new_rows))):
+                    if values:
+                        connection.execute(upsert, values)
         return len(new_ids)
 
 
-def _statements(insert: Any) -> tuple[sa.Insert, sa.Insert]:
+def _upsert(insert: Any, table: sa.Table, sums: tuple[str, ...]) -> sa.Insert:
+    """INSERT ... ON CONFLICT (primary key) DO UPDATE: the sums grow by the new values."""
+    upsert = insert(table)
+    return upsert.on_conflict_do_update(index_elements=list(table.primary_key.columns),
+                                        set_={name: table.c[name] + upsert.excluded[name] for name in sums})
+
+
+def _statements(insert: Any) -> tuple[sa.Insert, tuple[sa.Insert, sa.Insert, sa.Insert]]:
     requests = Request.__table__
     insert_requests = insert(requests).on_conflict_do_nothing(index_elements=[requests.c.request_id]) \
         .returning(requests.c.request_id)
-    aggregates = DailyAggregate.__table__
-    upsert = insert(aggregates)
-    upsert = upsert.on_conflict_do_update(
-        index_elements=[aggregates.c.day, aggregates.c.tier],
-        set_={name: aggregates.c[name] + upsert.excluded[name] for name in _SUM_COLUMNS})
-    return insert_requests, upsert
+    return insert_requests, (_upsert(insert, DailyAggregate.__table__, _SUM_COLUMNS),
+                             _upsert(insert, DailyHistogram.__table__, ("count",)),
+                             _upsert(insert, DailyUsage.__table__, _USAGE_SUMS))
 
 
 def _row(record: RequestRecord) -> dict[str, Any]:
@@ -310,6 +321,43 @@ def _aggregate(rows: Any) -> list[dict[str, Any]]:
         if row["ttft_ms"] is not None:
             agg["sum_ttft_ms"] += row["ttft_ms"]
             agg["num_ttft"] += 1
+        agg["num_escalations"] += row["routing_reason"] == "escalation"
+        agg["num_fallbacks"] += row["routing_reason"] == "fallback"
+    return [sums[key] for key in sorted(sums)]
+
+
+def _histograms(rows: Any) -> list[dict[str, Any]]:
+    """Bucket counts per (UTC day, tier, metric, bucket), in key order; NULL values are not counted."""
+    counts: dict[tuple[Any, str, str, int], int] = {}
+    for row in rows:
+        day, tier = row["created_at"].date(), row["tier"] or NO_TIER
+        for metric in _HISTOGRAM_METRICS:
+            value = row.get(metric)
+            if value is not None and math.isfinite(value):
+                key = (day, tier, metric, bucket_of(metric, value))
+                counts[key] = counts.get(key, 0) + 1
+    return [{"day": k[0], "tier": k[1], "metric": k[2], "bucket": k[3], "count": counts[k]} for k in sorted(counts)]
+
+
+def usage_values(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The (dimension, value) pairs a request is counted under in daily_usage."""
+    return (("key", str(row["key_id"]) if row["key_id"] is not None else ""),
+            ("user", (row["user"] or "")[:MAX_USER_CHARS]), ("model", row["model"] or ""))
+
+
+def _usage(rows: Any) -> list[dict[str, Any]]:
+    """Sums per (UTC day, tier, dimension, value), in key order."""
+    sums: dict[tuple[Any, str, str, str], dict[str, Any]] = {}
+    for row in rows:
+        day, tier = row["created_at"].date(), row["tier"] or NO_TIER
+        for dimension, value in usage_values(row):
+            agg = sums.setdefault((day, tier, dimension, value),
+                                  {"day": day, "tier": tier, "dimension": dimension, "value": value,
+                                   **dict.fromkeys(_USAGE_SUMS, 0)})
+            agg["num_requests"] += 1
+            agg["num_errors"] += row["status"] != "ok"
+            for name in ("prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd"):
+                agg[name] += row[name]
     return [sums[key] for key in sorted(sums)]
 
 

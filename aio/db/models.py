@@ -70,6 +70,8 @@ class Request(Base):
     baseline_cost_usd: Mapped[float] = mapped_column(default=0.0)
     ttft_ms: Mapped[float | None]
     latency_ms: Mapped[float | None]
+    itl_ms: Mapped[float | None]  # mean time between the first choice's output tokens
+    queue_ms: Mapped[float | None]  # time waiting for the engine, when the tier reports it
     finish_reason: Mapped[str | None] = mapped_column(sa.String)
     stream: Mapped[bool] = mapped_column(default=False)
     num_choices: Mapped[int] = mapped_column(default=1)
@@ -154,6 +156,51 @@ class DailyAggregate(Base):
     num_latency: Mapped[int] = mapped_column(default=0)
     sum_ttft_ms: Mapped[float] = mapped_column(default=0.0)
     num_ttft: Mapped[int] = mapped_column(default=0)
+    num_escalations: Mapped[int] = mapped_column(default=0, server_default="0")  # routing_reason "escalation"
+    num_fallbacks: Mapped[int] = mapped_column(default=0, server_default="0")  # routing_reason "fallback"
+
+
+class DailyHistogram(Base):
+    """Per UTC day, tier and metric, how many requests fell in each fixed bucket (`aio.db.histograms`): latency
+    percentiles and the routing-score distribution over long ranges without reading raw rows. Kept by the log
+    writer in the same transaction as the rows; NULL values are not counted."""
+    __tablename__ = "daily_histograms"
+
+    day: Mapped[date] = mapped_column(primary_key=True)
+    tier: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    metric: Mapped[str] = mapped_column(sa.String, primary_key=True)  # a latency column, or routing_score
+    bucket: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    count: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+
+
+class DailyUsage(Base):
+    """Per UTC day, tier and one dimension's value (the API key id, the `user` or the model): requests, tokens and
+    costs, for the dashboard's cost breakdowns. One row per value and dimension (not per combination), so the table
+    stays small however many users there are. No value (no key, no user) is ''; `user` is cut to 200 characters."""
+    __tablename__ = "daily_usage"
+
+    day: Mapped[date] = mapped_column(primary_key=True)
+    tier: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    dimension: Mapped[str] = mapped_column(sa.String, primary_key=True)  # key | user | model
+    value: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    num_requests: Mapped[int] = mapped_column(default=0)
+    num_errors: Mapped[int] = mapped_column(default=0)
+    prompt_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(default=0.0)
+    baseline_cost_usd: Mapped[float] = mapped_column(default=0.0)
+
+
+class ThresholdChange(Base):
+    """Every change of the router settings (the quality monitor, `aio router`): the dashboard's history."""
+    __tablename__ = "threshold_changes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    changed_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    quality: Mapped[float | None]
+    offsets: Mapped[dict[str, Any] | None]
+    updated_by: Mapped[str] = mapped_column(sa.String)
+    note: Mapped[str | None] = mapped_column(sa.Text)
 
 
 class ApiKey(Base):

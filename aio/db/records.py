@@ -32,6 +32,8 @@ class RequestRecord:
     baseline_cost_usd: float = 0.0  # what the large tier would have cost for the same tokens
     ttft_ms: float | None = None
     latency_ms: float | None = None  # end to end, arrival to last byte
+    itl_ms: float | None = None  # mean inter-token latency of the first choice (None with fewer than 2 tokens)
+    queue_ms: float | None = None  # time the request waited for the engine, when the tier reports it
     finish_reason: str | None = None  # of the first choice
     stream: bool = False
     num_choices: int = 1

@@ -46,6 +46,7 @@ class AppState:
     db: object  # sqlalchemy Engine
     watch_task: asyncio.Task
     monitor: object | None = None  # quality_monitor.QualityMonitor
+    prune_task: asyncio.Task | None = None  # deletes raw rows past raw_retention_days
 
     @property
     def classifier(self) -> Classifier:
@@ -113,8 +114,13 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
                           settings.max_concurrent_requests, settings.queue_timeout_s, settings.tier_retry_after_s)
     monitor = _start_monitor(settings, pool, service, router, db, log_writer, metrics)
     watch_task = asyncio.create_task(watcher.run(), name="aio-router-watch")
+    prune_task = None
+    if settings.raw_retention_days is not None:
+        from aio.db.retention import prune_periodically
+
+        prune_task = asyncio.create_task(prune_periodically(db, settings.raw_retention_days), name="aio-prune")
     return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task,
-                    monitor)
+                    monitor, prune_task)
 
 
 def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, router: Router, db, log_writer,
@@ -129,7 +135,8 @@ def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, rou
         router.offsets = dict(offsets)  # this replica at once; the others within their poll interval
 
     monitor = build_monitor(settings, reference, service.prices[reference.name],
-                            SqlVerdictStore(db, flush_log=log_writer.flush), on_change)
+                            SqlVerdictStore(db, flush_log=log_writer.flush, store_text=settings.log_prompts),
+                            on_change)
     monitor.start()
     service.monitor = monitor
     metrics.registry.register(MonitorCollector(monitor))
@@ -138,6 +145,8 @@ def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, rou
 
 async def _stop(state: AppState) -> None:
     state.watch_task.cancel()
+    if state.prune_task is not None:
+        state.prune_task.cancel()
     if state.monitor is not None:
         state.service.monitor = None
         await state.monitor.stop()
@@ -150,6 +159,7 @@ def create_app(settings: Settings, bind_host: str = "127.0.0.1", admin_key: str 
     """The app for `settings`; everything heavy starts in the lifespan."""
     import secrets
 
+    from aio.dashboard import routes as dashboard
     from aio.server.routes import admin, chat, health, models
 
     admin_key = admin_key or settings.admin_key or secrets.token_urlsafe(32)
@@ -166,6 +176,6 @@ def create_app(settings: Settings, bind_host: str = "127.0.0.1", admin_key: str 
                   version="0.1.0", lifespan=lifespan)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
-    for router in (chat.router, models.router, health.router, admin.router):
+    for router in (chat.router, models.router, health.router, admin.router, dashboard.api, dashboard.page):
         app.include_router(router)
     return app

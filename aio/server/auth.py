@@ -75,7 +75,10 @@ class Authenticator:
         return info
 
     async def admin(self, request: Request) -> None:
-        token = bearer_token(request)
+        await self.admin_token(bearer_token(request))
+
+    async def admin_token(self, token: str | None) -> None:
+        """Passes for the admin key or an admin-role API key; 401 for none or an unknown key, 403 for a chat key."""
         if token is not None and self.is_admin_key(token):
             return
         try:

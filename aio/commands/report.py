@@ -1,0 +1,97 @@
+"""`aio report cost`: the dashboard's KPI numbers (per tier and in total) in the terminal."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from aio.commands import ConfigOption, database, fail
+
+report_app = typer.Typer(help="Reports from the SQL log.", no_args_is_help=True)
+
+COLUMNS = ("tier", "requests", "errors", "error_rate", "prompt_tokens", "completion_tokens", "tokens", "cost_usd",
+           "baseline_cost_usd", "savings_usd", "savings_pct", "quality_pass_rate", "quality_verdicts",
+           "judge_cost_usd", "ttft_p95_ms")
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def _rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"tier": tier, **{c: values.get(c) for c in COLUMNS[1:]}}
+            for tier, values in [*summary["tiers"].items(), ("total", summary["total"])]]
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if column.endswith("_usd"):
+        return f"${value:,.4f}"
+    if column in ("error_rate", "quality_pass_rate"):
+        return f"{100 * value:.1f}%"
+    if column == "savings_pct":
+        return f"{value:.1f}%"
+    if column.endswith("_ms"):
+        return f"{value:,.1f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _table(summary: dict[str, Any]) -> str:
+    shown = ("tier", "requests", "tokens", "cost_usd", "baseline_cost_usd", "savings_usd", "savings_pct",
+             "quality_pass_rate", "error_rate", "ttft_p95_ms", "judge_cost_usd")
+    headers = ("tier", "requests", "tokens", "cost", "all-large", "savings", "savings %", "pass rate", "errors",
+               "p95 TTFT ms", "judge cost")
+    cells = [list(headers)] + [[_cell(c, row[c]) for c in shown] for row in _rows(summary)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))) for r in cells]
+    r = summary["range"]
+    return "\n".join([f"cost report {r['start']} → {r['end']} ({r['source']})", *lines,
+                      "judge cost (quality-monitor replays) is not part of the cost or the savings"])
+
+
+def _csv(summary: dict[str, Any]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(_rows(summary))
+    return out.getvalue().rstrip("\n")
+
+
+def _range(since: str, until: str | None):
+    from aio.dashboard.ranges import parse_range
+
+    if re.fullmatch(r"\d+[hd]", since.strip().lower()) and until is None:
+        return parse_range(since)
+    return parse_range("custom", since, until)
+
+
+@report_app.command()
+def cost(since: str = typer.Option("7d", "--since", help="24h, 7d, 30d, <N>h, <N>d, or a date / date-time"),
+         until: str | None = typer.Option(None, "--until", help="with a date --since: the end (default now)"),
+         output: Format = typer.Option(Format.table, "--format", help="table, csv or json"),
+         config: Path | None = ConfigOption) -> None:
+    """What was spent, what all-large would have cost, the savings, quality, errors and p95 TTFT, per tier."""
+    from aio.dashboard import service
+    from aio.server.errors import APIError
+
+    try:
+        r = _range(since, until)
+    except APIError as exc:
+        raise fail(exc.message) from None
+    with database(config) as engine, engine.connect() as connection:
+        summary = service.summary(connection, r)
+    if output is Format.json:
+        typer.echo(json.dumps(summary, indent=2))
+    elif output is Format.csv:
+        typer.echo(_csv(summary))
+    else:
+        typer.echo(_table(summary))

@@ -1,0 +1,161 @@
+"""HTTP: `GET /dashboard` (the page; a login form without a valid key), `POST /dashboard/login|logout`, the page's
+static files, and the JSON API under `/api/dashboard/` (admin key as Bearer header or the dashboard cookie)."""
+from __future__ import annotations
+
+import asyncio
+import html
+from pathlib import Path
+from typing import Annotated, Any, Callable
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from sqlalchemy.engine import Connection
+
+from aio.dashboard import service
+from aio.dashboard.auth import COOKIE, COOKIE_MAX_AGE_S, presented_key, require_admin
+from aio.dashboard.engine_stats import engine_stats
+from aio.dashboard.queries import BREAKDOWNS
+from aio.dashboard.ranges import TimeRange, parse_range
+from aio.server.deps import State
+from aio.server.errors import APIError, invalid_request
+
+STATIC = Path(__file__).parent / "static"
+STATIC_FILES = {"chart.umd.js": "text/javascript", "dashboard.js": "text/javascript", "dashboard.css": "text/css",
+                "chart.js.LICENSE.md": "text/plain"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+
+page = APIRouter(include_in_schema=False)
+api = APIRouter(prefix="/api/dashboard", tags=["dashboard"], dependencies=[Depends(require_admin)])
+
+
+# ---- the page ---------------------------------------------------------------------------------------------------
+
+def _login_page(status_code: int, message: str) -> HTMLResponse:
+    text = (STATIC / "login.html").read_text().replace("{{message}}", html.escape(message))
+    return HTMLResponse(text, status_code=status_code, headers=SECURITY_HEADERS)
+
+
+async def _check(request: Request, key: str | None) -> APIError | None:
+    try:
+        await request.app.state.aio.auth.admin_token(key)
+    except APIError as exc:
+        return exc
+    return None
+
+
+@page.get("/dashboard")
+async def dashboard(request: Request) -> Response:
+    error = await _check(request, presented_key(request))
+    if error is not None:
+        message = "Sign in with the admin key." if presented_key(request) is None else error.message
+        return _login_page(error.status_code, message)
+    return HTMLResponse((STATIC / "index.html").read_text(), headers=SECURITY_HEADERS)
+
+
+@page.post("/dashboard/login")
+async def login(request: Request) -> Response:
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    key = (form.get("key") or [""])[0].strip()
+    error = await _check(request, key or None)
+    if error is not None:
+        return _login_page(error.status_code, error.message if key else "Enter the admin key.")
+    response = RedirectResponse("/dashboard", status_code=303)
+    response.set_cookie(COOKIE, key, max_age=COOKIE_MAX_AGE_S, httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https", path="/")
+    return response
+
+
+@page.post("/dashboard/logout")
+async def logout() -> Response:
+    response = RedirectResponse("/dashboard", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+@page.get("/dashboard/static/{name}")
+async def static(name: str) -> Response:
+    if name not in STATIC_FILES:
+        raise APIError(404, f"no static file {name!r}")
+    return FileResponse(STATIC / name, media_type=STATIC_FILES[name],
+                        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
+
+
+# ---- the JSON API -------------------------------------------------------------------------------------------------
+
+RangeParam = Annotated[str | None, Query(alias="range", description="24h, 7d, 30d, <N>h, <N>d or custom")]
+StartParam = Annotated[str | None, Query(description="range=custom: ISO 8601 date or date-time (UTC if naive)")]
+EndParam = Annotated[str | None, Query(description="range=custom: ISO 8601 date (inclusive) or date-time; "
+                                                   "default now")]
+
+
+def time_range(range_: RangeParam = None, start: StartParam = None, end: EndParam = None) -> TimeRange:
+    return parse_range(range_, start, end)
+
+
+Range = Annotated[TimeRange, Depends(time_range)]
+
+
+async def _read(state: Any, work: Callable[[Connection], dict[str, Any]]) -> dict[str, Any]:
+    def run() -> dict[str, Any]:
+        with state.db.connect() as connection:
+            return work(connection)
+
+    return await asyncio.to_thread(run)
+
+
+@api.get("/summary")
+async def summary(state: State, r: Range) -> dict[str, Any]:
+    """KPI tiles, in total and per tier."""
+    return await _read(state, lambda c: service.summary(c, r))
+
+
+@api.get("/traffic")
+async def traffic(state: State, r: Range) -> dict[str, Any]:
+    """Requests and tokens per hour or day and tier, with the tiers' shares."""
+    return await _read(state, lambda c: service.traffic(c, r))
+
+
+@api.get("/cost")
+async def cost(state: State, r: Range) -> dict[str, Any]:
+    """Actual cost vs the all-large baseline, savings and cumulative savings."""
+    return await _read(state, lambda c: service.cost(c, r))
+
+
+@api.get("/breakdown")
+async def breakdown(state: State, r: Range, by: Annotated[str | None, Query()] = None,
+                    limit: Annotated[int, Query(ge=1, le=1000)] = service.DEFAULT_TOP_N) -> dict[str, Any]:
+    """Cost by tier, API key, user and model (top N by cost); `by` picks one of them."""
+    if by is not None and by not in BREAKDOWNS:
+        raise invalid_request(f"invalid by {by!r}: one of {', '.join(BREAKDOWNS)}", "by", "invalid_value")
+    dims = (by,) if by else BREAKDOWNS
+    return await _read(state, lambda c: service.breakdown(c, r, dims, limit))
+
+
+@api.get("/latency")
+async def latency(state: State, r: Range) -> dict[str, Any]:
+    """TTFT, inter-token, end-to-end and queue time per tier at p50/p95/p99, and the p99/p50 ratio."""
+    return await _read(state, lambda c: service.latency(c, r))
+
+
+@api.get("/quality")
+async def quality(state: State, r: Range,
+                  samples: Annotated[int, Query(ge=0, le=500)] = service.DEFAULT_SAMPLES) -> dict[str, Any]:
+    """Pass rate per tier per day (Wilson 95% interval), failing samples, judge cost."""
+    return await _read(state, lambda c: service.quality(c, r, samples))
+
+
+@api.get("/router")
+async def router(state: State, r: Range) -> dict[str, Any]:
+    """Routing-score histogram and thresholds, escalations, threshold changes, classifier versions."""
+    live = state.router
+    return await _read(state, lambda c: service.router(c, r, live.quality, dict(live.offsets), list(live.tiers)))
+
+
+@api.get("/engine")
+async def engine(state: State) -> dict[str, Any]:
+    """Live engine figures per tier (remote tiers: unavailable)."""
+    return {"tiers": engine_stats(state.pool)}
