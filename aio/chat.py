@@ -420,6 +420,8 @@ class ChatService:
         self.metrics.cost.labels(tier.name).inc(cost)
         self.metrics.baseline_cost.labels(tier.name).inc(baseline)
         self.metrics.e2e.labels(*labels).observe(now - ctx.arrived)
+        if state.queue_ms is not None:
+            self.metrics.queue_time.labels(*labels).observe(state.queue_ms / 1000)
         if ttft is not None:
             self.metrics.ttft.labels(*labels).observe(ttft)
         for choice in state.choices:

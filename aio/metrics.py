@@ -71,5 +71,7 @@ class Metrics:
                                      buckets=ITL_BUCKETS, registry=r)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency.", labels,
                              buckets=E2E_BUCKETS, registry=r)
+        self.queue_time = Histogram("vllm:request_queue_time_seconds", "Time in the engine's waiting queue.", labels,
+                                    buckets=TTFT_BUCKETS, registry=r)
         if loads is not None:
             r.register(_TierLoadCollector(loads))

@@ -1,5 +1,6 @@
 """The Engine's public behaviour: validation, sampling options, stops, abort, streaming, failure isolation."""
 import asyncio
+import time
 
 import pytest
 import torch
@@ -188,6 +189,24 @@ def test_priority_orders_admission(llama_path):
     while engine.has_unfinished_requests():
         finished += [o.request_id for o in engine.step() if o.finished]
     assert finished == ["user", "replay"]
+
+
+def test_queue_time_runs_from_arrival_to_the_first_schedule(llama_path):
+    engine = Engine.from_pretrained(llama_path, max_num_seqs=1)
+    params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+    engine.add_request(PROMPT, params, request_id="first")
+    added = time.monotonic()
+    engine.add_request(PROMPT[:5], params, request_id="second")  # no seat until "first" is done
+    queue_times: dict[str, list[float | None]] = {"first": [], "second": []}
+    first_done = None
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            queue_times[out.request_id].append(out.queue_time_s)
+            if out.request_id == "first" and out.finished:
+                first_done = time.monotonic()
+    first, second = queue_times["first"], queue_times["second"]
+    assert len(set(first)) == 1 and len(set(second)) == 1 and first[0] is not None  # fixed once scheduled
+    assert first[0] >= 0 and second[0] >= first_done - added  # "second" waited through all of "first"
 
 
 def test_duplicate_request_id_is_refused(engine):

@@ -104,6 +104,7 @@ def test_chat_completion_matches_the_engine_and_carries_usage_cost_and_headers(s
     assert row["answer"] == completion.choices[0].message.content
     assert json.loads(row["prompt"])[1]["content"] == HELLO[1]["content"]
     assert row["ttft_ms"] > 0 and row["latency_ms"] >= row["ttft_ms"]
+    assert 0 <= row["queue_ms"] <= row["ttft_ms"]  # the engine reports its queue time
 
 
 def test_streaming_sends_role_first_then_the_same_text_then_usage(server, client, tier_checkpoints):
@@ -246,7 +247,8 @@ def test_models_health_ready_and_metrics(server, client, tier_checkpoints):
     client.chat.completions.create(model="small", messages=HELLO, max_tokens=3, extra_body={"ignore_eos": True})
     text = httpx.get(server.base_url + "/metrics").text
     for name in ("vllm:time_to_first_token_seconds_bucket", "vllm:e2e_request_latency_seconds_count",
-                 "vllm:inter_token_latency_seconds_count", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:inter_token_latency_seconds_count", "vllm:request_queue_time_seconds_count",
+                 "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                  "aio:cost_usd_total", "aio:baseline_cost_usd_total", "vllm:generation_tokens_total"):
         assert f"{name}{{" in text, name
     requests = [line for line in text.splitlines()

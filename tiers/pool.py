@@ -37,6 +37,7 @@ class ChatChunk:
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     num_prompt_tokens: int = 0  # known on the last chunk
     num_cached_tokens: int = 0
+    queue_time_s: float | None = None  # waited in the engine's queue before its first step (local tiers)
 
 
 @dataclass
@@ -94,7 +95,8 @@ class LocalTier:
             yield ChatChunk(delta_text=out.delta_text, num_new_tokens=len(out.new_token_ids),
                             logprobs=out.logprobs[-len(out.new_token_ids):] if out.logprobs and out.new_token_ids else None,
                             finish_reason=out.finish_reason if out.finished else None,
-                            num_prompt_tokens=out.num_prompt_tokens, num_cached_tokens=out.num_cached_tokens)
+                            num_prompt_tokens=out.num_prompt_tokens, num_cached_tokens=out.num_cached_tokens,
+                            queue_time_s=out.queue_time_s)
 
     def token_text(self, token_id: int) -> str:
         tokenizer = self.engine.tokenizer

@@ -280,7 +280,7 @@ class Engine:
             stop_reason=seq.stop_reason, new_token_ids=seq.token_ids[seq.num_prompt_tokens + seq.num_tokens_sent:],
             delta_text=seq.text[seq.num_text_sent:text_end],
             logprobs=list(seq.logprobs) if seq.params.logprobs is not None else None,
-            num_cached_tokens=seq.num_cached_tokens, error=error)
+            num_cached_tokens=seq.num_cached_tokens, queue_time_s=seq.queue_time, error=error)
         seq.num_text_sent, seq.num_tokens_sent = text_end, seq.num_output_tokens
         outputs.append(out)
         if seq.on_output is not None:

@@ -20,6 +20,7 @@ class RequestOutput:
     delta_text: str = ""
     logprobs: list[TokenLogprob] | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    queue_time_s: float | None = None  # arrival to first schedule; None while the request still waits
     error: str | None = None  # set when finish_reason == "error"
 
     @property

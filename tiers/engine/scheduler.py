@@ -10,6 +10,7 @@ budget or the blocks do not allow them, it decodes plainly rather than preemptin
 from __future__ import annotations
 
 import bisect
+import time
 from dataclasses import dataclass, field
 
 from tiers.engine.block_manager import BlockManager
@@ -129,6 +130,7 @@ class Scheduler:
         self.waiting.remove(seq)
         if seq.num_preemptions == 0:
             seq.num_cached_tokens = num_cached
+            seq.first_scheduled_time = time.monotonic()
             self.block_manager.record_prefix_lookup(seq.num_prompt_tokens, num_cached)
         seq.num_computed_tokens = num_cached
         seq.status = SequenceStatus.RUNNING

@@ -53,6 +53,7 @@ class Sequence:
         self.stop_reason: str | int | None = None
         self.logprobs: list[TokenLogprob] = []
         self.first_token_time: float | None = None
+        self.first_scheduled_time: float | None = None  # when the scheduler first admitted it (queue time ends)
         self.num_preemptions = 0
         # Speculative decoding: the draft tokens this step verifies (after token_ids, never part of them), the
         # draft's distributions for them when the request samples (None: the proposals were deterministic), how
@@ -68,6 +69,11 @@ class Sequence:
         self.read_offset = self.num_prompt_tokens
         self.num_text_sent = 0
         self.num_tokens_sent = 0
+
+    @property
+    def queue_time(self) -> float | None:
+        """Seconds from arrival to the first schedule (vLLM's queue time); None while still waiting."""
+        return None if self.first_scheduled_time is None else self.first_scheduled_time - self.arrival_time
 
     @property
     def num_tokens(self) -> int:
