@@ -76,6 +76,10 @@ def _train(texts, labels, n_tiers, emb, args, weights=None):
     e = emb(texts) if args.head != "finetune" else None
     clf = ComplexityClassifier.train(texts, [int(v) for v in labels], n_tiers=n_tiers, head=args.head,
                                      seed=args.seed, sample_weight=weights, embeddings=e)
+    candidates = clf.metrics.get("candidates", {})
+    if len(candidates) > 1:
+        print("  validation log loss per head: " + ", ".join(f"{k} {v:.4f}" for k, v in candidates.items())
+              + f" -> {clf.kind}")
     return clf, time.perf_counter() - start
 
 
