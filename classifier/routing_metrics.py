@@ -30,6 +30,15 @@ def _as_1d(name: str, values, n: int | None = None) -> np.ndarray:
     return arr
 
 
+def _two_tier_inputs(scores, weak_correct, strong_correct) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    scores = _as_1d("scores", scores)
+    weak = _as_1d("weak_correct", weak_correct, len(scores))
+    strong = _as_1d("strong_correct", strong_correct, len(scores))
+    if len(scores) == 0:
+        raise ValueError("no queries")
+    return scores, weak, strong
+
+
 def strong_order(scores) -> np.ndarray:
     """Query indices from the highest score to the lowest (ties: input order)."""
     scores = _as_1d("scores", scores)
@@ -38,12 +47,8 @@ def strong_order(scores) -> np.ndarray:
 
 def quality_at(scores, weak_correct, strong_correct, fraction: float) -> float:
     """Mean correctness when the `fraction` of queries with the highest scores go to the strong model."""
-    scores = _as_1d("scores", scores)
+    scores, weak, strong = _two_tier_inputs(scores, weak_correct, strong_correct)
     n = len(scores)
-    weak = _as_1d("weak_correct", weak_correct, n)
-    strong = _as_1d("strong_correct", strong_correct, n)
-    if n == 0:
-        raise ValueError("no queries")
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}")
     k = int(round(fraction * n))
@@ -55,12 +60,8 @@ def quality_at(scores, weak_correct, strong_correct, fraction: float) -> float:
 
 def pgr_curve(scores, weak_correct, strong_correct) -> tuple[np.ndarray, np.ndarray]:
     """(fractions k/n for k = 0..n, PGR at each): the whole curve in one pass."""
-    scores = _as_1d("scores", scores)
+    scores, weak, strong = _two_tier_inputs(scores, weak_correct, strong_correct)
     n = len(scores)
-    weak = _as_1d("weak_correct", weak_correct, n)
-    strong = _as_1d("strong_correct", strong_correct, n)
-    if n == 0:
-        raise ValueError("no queries")
     gap = strong.mean() - weak.mean()
     if gap <= 0:
         raise ValueError(f"PGR is undefined: the strong model ({strong.mean():.4f}) is not better than the weak "

@@ -47,6 +47,29 @@ def llama_path(checkpoint_dir):
     return checkpoint_dir("llama")
 
 
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory):
+    """(target, draft) sharing a tokenizer: the draft is the target's first layer; the target's two extra layers
+    add small residuals, so acceptance is partial (about 0.5): both accepted runs (and the draft's catch-up) and
+    rejections happen."""
+    from tiers.checkpoints import create_draft_target_pair
+
+    return create_draft_target_pair(tmp_path_factory.mktemp("pair"), draft_layers=1, extra_layers=2,
+                                    residual_scale=0.1, initializer_range=INIT_RANGE)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """For tiny models: a second thread buys nothing, and on a shared machine contended threads make every small op
+    many times slower. Use with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # --- SQL: a throwaway PostgreSQL cluster (one per session) and a fresh database per test -----------------------
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import torch
 from conftest import INIT_RANGE
 from test_engine_equality import hf_greedy, make_prompts
 from tiers import Engine, SamplingParams
-from tiers.checkpoints import create_draft_target_pair, create_random_checkpoint
+from tiers.checkpoints import create_random_checkpoint
 from tiers.engine.sampler import processed_probs
 from tiers.engine.sequence import Sequence
 from tiers.spec_decode.adaptive import (AcceptanceEstimate, CostModel, SpecController,
@@ -20,22 +20,7 @@ from tiers.spec_decode.rejection_sampler import verify_one
 MAX_TOKENS = 24
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: a second thread buys nothing, and on a shared machine contended threads make every
-    small op many times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """(target, draft): the draft is the target's first layer; the target's two extra layers add small residuals,
-    so acceptance is partial (about 0.5): both accepted runs (and the draft's catch-up) and rejections happen."""
-    return create_draft_target_pair(tmp_path_factory.mktemp("pair"), draft_layers=1, extra_layers=2,
-                                    residual_scale=0.1, initializer_range=INIT_RANGE)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ reports its acceptance to the metrics."""
 import asyncio
 
 import pytest
-import torch
 from prometheus_client import generate_latest
 
 from aio.metrics import Metrics
@@ -12,21 +11,10 @@ from aio.settings import ConfigError, load_settings
 from aio.tier_loader import TierLoadError, build_pool
 from conftest import INIT_RANGE
 from tiers import SamplingParams
-from tiers.checkpoints import create_draft_target_pair, create_random_checkpoint
+from tiers.checkpoints import create_random_checkpoint
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    return create_draft_target_pair(tmp_path_factory.mktemp("tier-pair"), draft_layers=1, extra_layers=2,
-                                    residual_scale=0.1, initializer_range=INIT_RANGE)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tier(path, **extra) -> dict:
