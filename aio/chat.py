@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, AsyncIterator, Protocol
 
 from aio.chat_messages import normalize_messages
+from aio.classify_batcher import ClassifierBatcher
 from aio.db.records import RequestRecord, utcnow
 from aio.metrics import Metrics
 from aio.routing import Router, RoutingDecision
@@ -110,6 +111,7 @@ class ChatService:
         self.monitor = None  # a quality_monitor.QualityMonitor: finished answers are offered to it
         self.max_concurrent_requests = max_concurrent_requests
         self.queue_timeout_s = queue_timeout_s
+        self.classifier_batcher = ClassifierBatcher()
         self.tier_retry_after_s = tier_retry_after_s
         self._in_flight = 0  # opened and not finished
         self._down_until: dict[str, float] = {}  # tiers marked down after a failure, until then
@@ -135,7 +137,9 @@ class ChatService:
         if body.top_logprobs is not None and not body.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
         if body.model == "auto":
-            decision = await asyncio.to_thread(self.router.route, messages_to_text(messages), body.aio_quality)
+            classifier = self.router.classifier  # may be swapped meanwhile: decide with the one that scored
+            proba = await self.classifier_batcher.predict(classifier, messages_to_text(messages))
+            decision = self.router.decide(proba, body.aio_quality, classifier)
         else:
             tier = self.pool.find(body.model)
             if tier is None:

@@ -41,8 +41,10 @@ class Router:
         self.quality = quality
         self.offsets = dict(offsets or {})
 
-    def decide(self, proba: np.ndarray, quality: float | None = None) -> RoutingDecision:
-        """The decision for one row of `predict_proba`."""
+    def decide(self, proba: np.ndarray, quality: float | None = None,
+               classifier: Classifier | None = None) -> RoutingDecision:
+        """The decision for one row of `predict_proba` (of `classifier`, by default the router's own)."""
+        version = (classifier or self.classifier).version
         threshold = self.quality if quality is None else quality
         cumulative = np.cumsum(np.asarray(proba, dtype=np.float64))
         scores = tuple(float(p) for p in proba)
@@ -50,7 +52,7 @@ class Router:
             label = TIER_ORDER.index(tier)
             p_good = float(cumulative[min(label, len(cumulative) - 1)])
             if p_good >= min(1.0, threshold + self.offsets.get(tier, 0.0)) - 1e-9 or tier == self.tiers[-1]:
-                return RoutingDecision(tier, "classifier", p_good, scores, self.classifier.version)
+                return RoutingDecision(tier, "classifier", p_good, scores, version)
         raise AssertionError("unreachable: the largest tier always accepts")
 
     def route(self, text: str, quality: float | None = None) -> RoutingDecision:
