@@ -35,9 +35,9 @@ logger = logging.getLogger(__name__)
 
 NO_TIER = "none"  # the daily_aggregates tier of requests rejected before routing
 _RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
-_SUM_COLUMNS = ("num_requests", "num_errors", "prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd",
-                "sum_latency_ms", "num_latency", "sum_ttft_ms", "num_ttft", "num_escalations", "num_fallbacks")
 _USAGE_SUMS = ("num_requests", "num_errors", "prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd")
+_SUM_COLUMNS = (*_USAGE_SUMS, "sum_latency_ms", "num_latency", "sum_ttft_ms", "num_ttft", "num_escalations",
+                "num_fallbacks")
 _HISTOGRAM_METRICS = (*LATENCY_METRICS, SCORE_METRIC)
 MAX_USER_CHARS = 200  # `user` as kept in daily_usage
 _INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
@@ -303,18 +303,21 @@ def _row(record: RequestRecord) -> dict[str, Any]:
     return row
 
 
+def _add_usage(agg: dict[str, Any], row: dict[str, Any]) -> None:
+    """Counts `row` into the usage sums (`_USAGE_SUMS`) that daily_aggregates and daily_usage both keep."""
+    agg["num_requests"] += 1
+    agg["num_errors"] += row["status"] != "ok"
+    for name in ("prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd"):
+        agg[name] += row[name]
+
+
 def _aggregate(rows: Any) -> list[dict[str, Any]]:
     """Sums per (UTC day, tier), in key order (replicas upserting the same keys then lock them in the same order)."""
     sums: dict[tuple[Any, str], dict[str, Any]] = {}
     for row in rows:
         day, tier = row["created_at"].date(), row["tier"] or NO_TIER
         agg = sums.setdefault((day, tier), {"day": day, "tier": tier, **dict.fromkeys(_SUM_COLUMNS, 0)})
-        agg["num_requests"] += 1
-        agg["num_errors"] += row["status"] != "ok"
-        agg["prompt_tokens"] += row["prompt_tokens"]
-        agg["completion_tokens"] += row["completion_tokens"]
-        agg["cost_usd"] += row["cost_usd"]
-        agg["baseline_cost_usd"] += row["baseline_cost_usd"]
+        _add_usage(agg, row)
         if row["latency_ms"] is not None:
             agg["sum_latency_ms"] += row["latency_ms"]
             agg["num_latency"] += 1
@@ -354,10 +357,7 @@ def _usage(rows: Any) -> list[dict[str, Any]]:
             agg = sums.setdefault((day, tier, dimension, value),
                                   {"day": day, "tier": tier, "dimension": dimension, "value": value,
                                    **dict.fromkeys(_USAGE_SUMS, 0)})
-            agg["num_requests"] += 1
-            agg["num_errors"] += row["status"] != "ok"
-            for name in ("prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd"):
-                agg[name] += row[name]
+            _add_usage(agg, row)
     return [sums[key] for key in sorted(sums)]
 
 

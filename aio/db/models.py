@@ -136,7 +136,17 @@ class RouterSettings(Base):
     retrain_due_reason: Mapped[str | None] = mapped_column(sa.Text)
 
 
-class DailyAggregate(Base):
+class UsageSums:
+    """Requests, errors (status not "ok"), tokens and costs: the sums daily_aggregates and daily_usage both keep."""
+    num_requests: Mapped[int] = mapped_column(default=0)
+    num_errors: Mapped[int] = mapped_column(default=0)
+    prompt_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(default=0.0)
+    baseline_cost_usd: Mapped[float] = mapped_column(default=0.0)
+
+
+class DailyAggregate(UsageSums, Base):
     """Per UTC day and tier sums over `requests`, kept by the log writer in the same transaction as the rows.
 
     Requests without a tier (rejected before routing) count under tier "none". `num_errors` counts requests whose
@@ -146,12 +156,6 @@ class DailyAggregate(Base):
 
     day: Mapped[date] = mapped_column(primary_key=True)
     tier: Mapped[str] = mapped_column(sa.String, primary_key=True)
-    num_requests: Mapped[int] = mapped_column(default=0)
-    num_errors: Mapped[int] = mapped_column(default=0)
-    prompt_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
-    completion_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
-    cost_usd: Mapped[float] = mapped_column(default=0.0)
-    baseline_cost_usd: Mapped[float] = mapped_column(default=0.0)
     sum_latency_ms: Mapped[float] = mapped_column(default=0.0)
     num_latency: Mapped[int] = mapped_column(default=0)
     sum_ttft_ms: Mapped[float] = mapped_column(default=0.0)
@@ -173,7 +177,7 @@ class DailyHistogram(Base):
     count: Mapped[int] = mapped_column(sa.BigInteger, default=0)
 
 
-class DailyUsage(Base):
+class DailyUsage(UsageSums, Base):
     """Per UTC day, tier and one dimension's value (the API key id, the `user` or the model): requests, tokens and
     costs, for the dashboard's cost breakdowns. One row per value and dimension (not per combination), so the table
     stays small however many users there are. No value (no key, no user) is ''; `user` is cut to 200 characters."""
@@ -183,12 +187,6 @@ class DailyUsage(Base):
     tier: Mapped[str] = mapped_column(sa.String, primary_key=True)
     dimension: Mapped[str] = mapped_column(sa.String, primary_key=True)  # key | user | model
     value: Mapped[str] = mapped_column(sa.String, primary_key=True)
-    num_requests: Mapped[int] = mapped_column(default=0)
-    num_errors: Mapped[int] = mapped_column(default=0)
-    prompt_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
-    completion_tokens: Mapped[int] = mapped_column(sa.BigInteger, default=0)
-    cost_usd: Mapped[float] = mapped_column(default=0.0)
-    baseline_cost_usd: Mapped[float] = mapped_column(default=0.0)
 
 
 class ThresholdChange(Base):
