@@ -28,7 +28,7 @@ test: setup
 	$(PY) -m pytest -q
 
 bench: setup
-	$(PY) -m tiers.bench
+	$(PY) -m benchmarks.engine
 
 clean:
 	rm -rf $(VENV) .pytest_cache

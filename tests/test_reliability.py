@@ -266,7 +266,7 @@ def test_traffic_is_served_while_postgres_is_down_and_every_row_lands_once(tmp_p
 
 
 def test_the_load_script_finds_nothing_lost_under_concurrent_streams(server):
-    from aio.loadtest import main
+    from benchmarks.loadtest import main
 
     report = main(["--url", server.base_url, "--database-url", server.database_url, "--clients", "6",
                    "--duration", "3", "--max-tokens", "8"])

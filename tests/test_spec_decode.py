@@ -375,7 +375,7 @@ def test_adaptive_k_measures_every_step_size_once():
 
 
 def test_leviathan_prediction():
-    from tiers.bench_speculative import leviathan_speedup
+    from benchmarks.speculative import leviathan_speedup
 
     assert leviathan_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8 ** 5) / (0.2 * 1.2))
     assert leviathan_speedup(1.0, 3, 0.0) == 4.0 and leviathan_speedup(0.0, 2, 0.1) == pytest.approx(1 / 1.2)

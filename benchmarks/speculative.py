@@ -1,6 +1,6 @@
 """Speculative decoding benchmark: the target alone vs the target with a draft, same prompts, one run.
 
-    python -m tiers.bench --speculative [--quick] [--seed 0] [--threads N]
+    python -m benchmarks.speculative [--quick] [--seed 0] [--threads N]   (= python -m benchmarks.engine --speculative)
 
 The pair (built offline into .bench/spec-pair on first use, rebuilt if its recipe changes): a random Llama target
 of 12 layers (hidden 768, GQA 12/4 heads, vocab 4096, 82M parameters, float32) whose last 11 layers write small
@@ -202,3 +202,11 @@ def run(quick: bool = False, seed: int = 0, pair_dir: Path = PAIR_DIR) -> dict:
 
 
 __all__ = ["PAIR_RECIPE", "ensure_pair", "leviathan_speedup", "run"]
+
+
+if __name__ == "__main__":
+    import sys
+
+    from benchmarks.engine import main
+
+    main(["--speculative", *sys.argv[1:]])

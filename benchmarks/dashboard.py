@@ -1,6 +1,6 @@
 """Dashboard benchmark: every /api/dashboard endpoint against a large SQL log, through a real `aio serve`.
 
-    python -m aio.dashboard.bench [--rows 1000000] [--days 30] [--repeat 5] [--db .bench/dashboard.db]
+    python -m benchmarks.dashboard [--rows 1000000] [--days 30] [--repeat 5] [--db .bench/dashboard.db]
 
 Builds (once; reused while --rows/--days match) a SQLite log of synthetic requests spread over the last --days
 days, written through the log writer (so the daily aggregates are exactly what a server keeps), plus quality

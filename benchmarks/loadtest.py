@@ -1,6 +1,6 @@
 """Load test: N concurrent streaming clients against `aio serve` for T seconds, then an audit of the SQL log.
 
-    python -m aio.loadtest [--clients 64] [--duration 60] [--max-tokens 32] [--url http://127.0.0.1:PORT]
+    python -m benchmarks.loadtest [--clients 64] [--duration 60] [--max-tokens 32] [--url http://127.0.0.1:PORT]
 
 Without --url it starts `aio serve` on the embedded default (demo tiers, SQLite) in a temporary AIO_HOME on a
 loopback port and stops it afterwards. Every request must end as a complete answer (finish chunk, then

@@ -1,7 +1,7 @@
 """Throughput benchmark: our engine vs transformers, same checkpoint, same requests, one run.
 
-    python -m tiers.bench [--num-requests 128] [--seed 0] [--quick] [--only SYSTEMS] [--threads N]
-    python -m tiers.bench --speculative [--quick] [--seed 0] [--threads N]   (see tiers/bench_speculative.py)
+    python -m benchmarks.engine [--num-requests 128] [--seed 0] [--quick] [--only SYSTEMS] [--threads N]
+    python -m benchmarks.engine --speculative [--quick] [--seed 0] [--threads N]   (see benchmarks/speculative.py)
 
 SYSTEMS (comma separated; default all): engine, hf-static, hf-batch, engine-batch1, hf-batch1 (batch1 = both).
 
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help="smoke run: 16 requests, prompts 32-128, outputs 8-32, batch-1 with 64 new tokens")
     parser.add_argument("--only", default="all", help=f"comma separated: {', '.join(SYSTEMS)}, batch1, all")
     parser.add_argument("--speculative", action="store_true",
-                        help="the speculative-decoding benchmark instead (tiers/bench_speculative.py)")
+                        help="the speculative-decoding benchmark instead (benchmarks/speculative.py)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"WARNING: other processes keep {busy:.0%} of the {os.cpu_count()} cores busy: the timings will be "
               "unreliable (contended BLAS threads can run many times slower)")
     if args.speculative:
-        from tiers.bench_speculative import run
+        from benchmarks.speculative import run
 
         return run(quick=args.quick, seed=args.seed)
     checkpoint = ensure_checkpoint(args.checkpoint)

@@ -1,4 +1,4 @@
-"""Classifier timing against the issue's budgets: `python -m classifier.bench [--n-train 10000] [--repeats 50]`.
+"""Classifier timing against the issue's budgets: `python -m benchmarks.classifier [--n-train 10000] [--repeats 50]`.
 
 - training with default options (`ComplexityClassifier.train(texts, labels, n_tiers=3)`, embeddings included) on
   the first `--n-train` rows of the shipped seed data; budget 5 minutes on the 2-core CPU;
@@ -26,7 +26,7 @@ def _median_ms(fn, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m classifier.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.classifier", description=__doc__.split("\n")[0])
     parser.add_argument("--n-train", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--skip-train", action="store_true", help="time predict_proba of the shipped default only")

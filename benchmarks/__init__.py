@@ -1,0 +1,10 @@
+"""Benchmarks and load tests. Scripts, not product code: run them from the repository root.
+
+    python -m benchmarks.engine        # engine vs transformers throughput and batch-1 decode
+    python -m benchmarks.speculative   # speculative decoding (same as `python -m benchmarks.engine --speculative`)
+    python -m benchmarks.loadtest      # concurrent streaming clients against `aio serve`, then a SQL-log audit
+    python -m benchmarks.dashboard     # every /api/dashboard endpoint against a large SQL log
+    python -m benchmarks.classifier    # classifier training and predict_proba timings
+
+Each takes --help. Built checkpoints and databases are cached in .bench/ (git-ignored).
+"""
