@@ -446,7 +446,7 @@ def read_config(folder: Path) -> dict:
     return data
 
 
-def load_classifier(folder: str | Path):
+def load_folder(folder: str | Path):
     """The classifier saved in `folder`: a HeuristicClassifier or a ComplexityClassifier, by `kind`."""
     from classifier.heuristic import KIND as HEURISTIC_KIND, HeuristicClassifier
 
