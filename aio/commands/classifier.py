@@ -96,16 +96,17 @@ def thresholds(small: float | None = typer.Option(None, help="set the small tier
                config: Path | None = ConfigOption) -> None:
     """Show the routing thresholds, or override them by hand (the quality monitor moves the offsets too)."""
     from aio.routing import registry
+    from aio.settings import TIER_ORDER
 
+    given = {tier: value for tier, value in zip(TIER_ORDER, (small, medium)) if value is not None}
     with database(config) as engine:
         state = registry.router_state(engine)
         offsets = {} if reset else dict(state.offsets)
-        for tier, value in (("small", small), ("medium", medium)):
-            if value is not None:
-                if not -1.0 <= value <= 1.0:
-                    raise fail(f"--{tier} must be in [-1, 1], got {value}")
-                offsets[tier] = value
-        if reset or small is not None or medium is not None or quality is not None:
+        for tier, value in given.items():
+            if not -1.0 <= value <= 1.0:
+                raise fail(f"--{tier} must be in [-1, 1], got {value}")
+            offsets[tier] = value
+        if reset or given or quality is not None:
             try:
                 state = registry.set_router_state(engine, quality=quality, offsets=offsets,
                                                   updated_by="aio router thresholds", note="set by hand")
