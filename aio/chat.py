@@ -12,10 +12,9 @@ from datetime import datetime
 from typing import Any, AsyncIterator, Protocol
 
 from aio.chat_messages import normalize_messages
-from aio.classify_batcher import ClassifierBatcher
 from aio.db.records import RequestRecord, utcnow
 from aio.metrics import Metrics
-from aio.routing import Router, RoutingDecision
+from aio.routing import ClassifierBatcher, Router, RoutingDecision
 from aio.server.errors import APIError, invalid_request
 from aio.server.schemas import ChatCompletionRequest
 from aio.settings import TierSettings

@@ -10,10 +10,6 @@ import typer
 app = typer.Typer(help="AIO: the Adaptive Inference Orchestrator.", no_args_is_help=True)
 
 
-def aio_home() -> Path:
-    return Path(os.environ.get("AIO_HOME", Path.home() / ".aio"))
-
-
 @app.callback()
 def main() -> None:
     """AIO command line."""
@@ -63,15 +59,15 @@ def demo(prompt: str = typer.Option("Explain why the sky is blue.", help="the us
          max_tokens: int = typer.Option(32, min=1), temperature: float = typer.Option(0.0, min=0.0)) -> None:
     """Build the small demo checkpoint (random weights, offline) and run one chat generation on the engine."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from aio.demo import demo_checkpoint_dir, demo_checkpoint_is_built, ensure_demo_checkpoint
+    from aio.settings import TIER_ORDER, default_home
     from tiers import Engine, SamplingParams
-    from tiers.checkpoints import create_random_checkpoint
 
-    path = aio_home() / "demo" / "small"
-    if not (path / "config.json").is_file():
+    home, tier = default_home(), TIER_ORDER[0]
+    path = demo_checkpoint_dir(home, tier)
+    if not demo_checkpoint_is_built(path):
         typer.echo(f"building the demo checkpoint (random weights) in {path} ...")
-        create_random_checkpoint(path, "llama", hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4,
-                                 intermediate_size=704, vocab_size=512, max_position_embeddings=2048)
-    engine = Engine.from_pretrained(path)
+    engine = Engine.from_pretrained(ensure_demo_checkpoint(home, tier))
     prompt_ids = engine.apply_chat_template([{"role": "user", "content": prompt}])
     start = time.perf_counter()
     out = engine.generate([prompt_ids], SamplingParams(max_tokens=max_tokens, temperature=temperature))[0]

@@ -7,9 +7,9 @@ from classifier.features import FEATURE_NAMES, TextFeatures, extract_features, f
 from classifier.heuristic import HeuristicClassifier
 
 _LAZY = {
-    "ClassifierError": "classifier.learned",
+    "ClassifierError": "classifier.errors",
     "ComplexityClassifier": "classifier.learned",
-    "load_classifier": "classifier.learned",
+    "load_folder": "classifier.learned",
     "load_default": "classifier.default_model",
     "DEFAULT_DIR": "classifier.default_model",
     "Encoder": "classifier.encoder",

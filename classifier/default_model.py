@@ -9,9 +9,9 @@ DEFAULT_DIR = Path(__file__).resolve().parent / "default"
 
 @lru_cache(maxsize=1)
 def _load():
-    from classifier.learned import load_classifier
+    from classifier.learned import load_folder
 
-    return load_classifier(DEFAULT_DIR)
+    return load_folder(DEFAULT_DIR)
 
 
 def load_default():

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from classifier import routing_metrics as rm
-from classifier.data import REPO_ROOT, ZEROEVAL_COSTS, ZEROEVAL_TIERS, cheapest_correct, load_routellm, load_zeroeval
+from classifier.data import (REPO_ROOT, ROUTELLM_SETS, ZEROEVAL_COSTS, ZEROEVAL_TIERS, cheapest_correct, load_routellm,
+                             load_zeroeval)
 
 QUALITIES = tuple(np.round(np.linspace(0.0, 1.0, 101), 2))
 TABLE_QUALITIES = tuple(np.round(np.arange(0.0, 1.0001, 0.05), 2))
@@ -182,14 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--aux", action="store_true", help="zeroeval: add Qwen-labelled copies of the train questions "
                         "(no gain in cross-validation on train: off by default)")
-    parser.add_argument("--only", default="gsm8k,mmlu,zeroeval", help="comma-separated subset")
+    parser.add_argument("--only", default=",".join((*ROUTELLM_SETS, "zeroeval")), help="comma-separated subset")
     parser.add_argument("--plot", default=str(REPO_ROOT / "docs" / "routing_cost_accuracy.png"))
     parser.add_argument("--cache-dir", default=None, help="keep embeddings here between runs")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     emb = Embeddings(args.cache_dir)
     only = set(args.only.split(","))
-    for name in ("gsm8k", "mmlu"):
+    for name in ROUTELLM_SETS:
         if name in only:
             evaluate_routellm(name, args, emb)
     if "zeroeval" in only:

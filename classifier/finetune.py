@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from classifier.calibration import fit_temperature, softmax, val_metrics
+
 EPOCHS = 2
 LEARNING_RATE = 5e-5
 BATCH_SIZE = 16
@@ -37,9 +39,7 @@ class FinetunedModel:
         return out
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
-        from classifier.learned import _softmax
-
-        return _softmax(self.logits(texts) / self.temperature)
+        return softmax(self.logits(texts) / self.temperature)
 
     def save(self, folder: Path) -> None:
         self.model.save_pretrained(folder / MODEL_DIR)
@@ -65,7 +65,6 @@ def train_finetuned(texts: list[str], y: np.ndarray, w: np.ndarray | None, n_tie
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from classifier.encoder import resolve_encoder_path
-    from classifier.learned import fit_temperature, val_metrics
 
     torch.manual_seed(seed)
     path = resolve_encoder_path(encoder)

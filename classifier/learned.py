@@ -4,9 +4,10 @@ Label of a text = the index of the cheapest tier that answers it well, so P(tier
 
 Heads:
 - "sklearn-head": the frozen encoder's embedding (`classifier.encoder`) and the cheap signals
-  (`classifier.features.feature_vector`), standardised, into a multinomial logistic regression (C picked by stratified cross-validation log loss on the training part),
-  calibrated by temperature scaling on the validation split. Stored as arrays (`head.npz`) and rebuilt with numpy:
-  no pickle.
+  (`classifier.features.feature_vector`), standardised, into a multinomial logistic regression
+  (`classifier.linear_head`: C picked by stratified cross-validation log loss on the training part), calibrated by
+  temperature scaling on the validation split (`classifier.calibration`). Stored as arrays (`head.npz`) and rebuilt
+  with numpy: no pickle.
 - "finetuned": the encoder fine-tuned end to end with a classification head (`classifier.finetune`), saved with
   `save_pretrained`.
 `head="auto"` trains the sklearn head and, for small training sets only (fine-tuning on this CPU does not fit the
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,7 +27,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from classifier.calibration import fit_temperature, log_loss, val_metrics
+from classifier.errors import ClassifierError
 from classifier.features import FEATURE_NAMES, feature_matrix
+from classifier.linear_head import C_GRID, LinearHead, choose_c, fit_linear_head
+from classifier.training_input import stratified_split, validate_training_input
 
 CONFIG_NAME = "classifier.json"
 HEAD_NAME = "head.npz"
@@ -36,188 +40,7 @@ KIND_SKLEARN = "sklearn-head"
 KIND_FINETUNED = "finetuned"
 KINDS = (KIND_SKLEARN, KIND_FINETUNED)
 HEADS = ("auto", "sklearn", "finetune")
-MIN_EXAMPLES = 20
-MIN_PER_CLASS = 2
 FINETUNE_AUTO_MAX = 2_000  # head="auto" tries fine-tuning only up to this many texts (CPU time budget)
-C_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # ~400 standardised inputs: strong L2 wins (README)
-
-
-class ClassifierError(ValueError):
-    """Bad training input, or a classifier folder that cannot be loaded."""
-
-
-# ----------------------------------------------------------------------------------------------- helpers
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _log_loss(proba: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> float:
-    p = np.clip(proba[np.arange(len(y)), y], 1e-12, 1.0)
-    return float(np.average(-np.log(p), weights=w))
-
-
-def validate_training_input(texts: Any, labels: Any, n_tiers: Any, sample_weight: Any = None
-                            ) -> tuple[list[str], np.ndarray, np.ndarray | None]:
-    if isinstance(n_tiers, bool) or not isinstance(n_tiers, (int, np.integer)) or n_tiers < 2:
-        raise ClassifierError(f"n_tiers must be an integer >= 2, got {n_tiers!r}")
-    if isinstance(texts, str) or not isinstance(texts, Sequence) and not isinstance(texts, np.ndarray):
-        raise ClassifierError(f"texts must be a list of strings, got {type(texts).__name__}")
-    texts = list(texts)
-    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-    if bad:
-        raise ClassifierError(f"texts must all be str: item {bad[0]} is {type(texts[bad[0]]).__name__} "
-                              f"({len(bad)} non-str items)")
-    try:
-        raw = list(labels)
-    except TypeError:
-        raise ClassifierError(f"labels must be a list of ints, got {type(labels).__name__}") from None
-    if len(raw) != len(texts):
-        raise ClassifierError(f"texts and labels differ in length: {len(texts)} texts, {len(raw)} labels")
-    y = []
-    for i, v in enumerate(raw):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) and not (
-                isinstance(v, (float, np.floating)) and float(v).is_integer()):
-            raise ClassifierError(f"labels must be integers in [0, {n_tiers}): label {i} is {v!r}")
-        y.append(int(v))
-    y = np.asarray(y, dtype=np.int64)
-    out = np.nonzero((y < 0) | (y >= n_tiers))[0]
-    if len(out):
-        raise ClassifierError(f"labels must be in [0, {n_tiers}) for n_tiers={n_tiers}: label {out[0]} is "
-                              f"{y[out[0]]} ({len(out)} out of range)")
-    if len(texts) < MIN_EXAMPLES:
-        raise ClassifierError(f"too few training examples: {len(texts)} (need at least {MIN_EXAMPLES})")
-    counts = np.bincount(y, minlength=n_tiers)
-    present = np.nonzero(counts)[0]
-    if len(present) < 2:
-        raise ClassifierError(f"labels hold a single class ({int(present[0])}): need at least two tiers present")
-    thin = [int(c) for c in present if counts[c] < MIN_PER_CLASS]
-    if thin:
-        raise ClassifierError(f"class(es) {thin} have fewer than {MIN_PER_CLASS} examples (counts per tier: "
-                              f"{counts.tolist()})")
-    w = None
-    if sample_weight is not None:
-        w = np.asarray(sample_weight, dtype=np.float64).reshape(-1)
-        if len(w) != len(texts):
-            raise ClassifierError(f"sample_weight has {len(w)} entries for {len(texts)} texts")
-        if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-            raise ClassifierError("sample_weight must be finite, non-negative and not all zero")
-    return texts, y, w
-
-
-def _split(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified (train, validation) indices; every present class keeps >= 1 training example."""
-    rng = np.random.default_rng(seed)
-    train, val = [], []
-    for c in np.unique(y):
-        idx = rng.permutation(np.nonzero(y == c)[0])
-        k = int(round(fraction * len(idx)))
-        k = min(k, len(idx) - 1)
-        val.extend(idx[:k])
-        train.extend(idx[k:])
-    return np.sort(np.asarray(train, dtype=np.int64)), np.sort(np.asarray(val, dtype=np.int64))
-
-
-def fit_temperature(logits: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> float:
-    """The temperature T > 0 minimising the log loss of softmax(logits / T) (golden-section on log T)."""
-    def loss(log_t: float) -> float:
-        return _log_loss(_softmax(logits / math.exp(log_t)), y, w)
-
-    lo, hi = math.log(0.05), math.log(20.0)
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = loss(a), loss(b)
-    for _ in range(60):
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = loss(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = loss(b)
-    return float(math.exp((lo + hi) / 2))
-
-
-# ------------------------------------------------------------------------------------- the linear head
-
-
-class LinearHead:
-    """Standardise → multinomial logits → softmax(logits / T), in numpy; columns of absent classes get 0."""
-
-    def __init__(self, mean: np.ndarray, scale: np.ndarray, coef: np.ndarray, intercept: np.ndarray,
-                 classes: np.ndarray, n_tiers: int, temperature: float = 1.0) -> None:
-        self.mean, self.scale = mean.astype(np.float64), scale.astype(np.float64)
-        self.coef, self.intercept = coef.astype(np.float64), intercept.astype(np.float64)
-        self.classes, self.n_tiers, self.temperature = classes.astype(np.int64), int(n_tiers), float(temperature)
-
-    def logits(self, x: np.ndarray) -> np.ndarray:
-        z = ((x - self.mean) / self.scale) @ self.coef.T + self.intercept
-        if z.shape[1] == 1:  # scikit-learn's binary form: one logit for the second class
-            z = np.hstack([np.zeros_like(z), z])
-        return z
-
-    def proba(self, x: np.ndarray) -> np.ndarray:
-        p = _softmax(self.logits(x) / self.temperature)
-        out = np.zeros((len(x), self.n_tiers))
-        out[:, self.classes] = p
-        return out
-
-    def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
-        return {f"{prefix}mean": self.mean, f"{prefix}scale": self.scale, f"{prefix}coef": self.coef,
-                f"{prefix}intercept": self.intercept, f"{prefix}classes": self.classes,
-                f"{prefix}temperature": np.array(self.temperature)}
-
-    @classmethod
-    def from_arrays(cls, arrays: Any, n_tiers: int, prefix: str = "") -> "LinearHead":
-        return cls(arrays[f"{prefix}mean"], arrays[f"{prefix}scale"], arrays[f"{prefix}coef"],
-                   arrays[f"{prefix}intercept"], arrays[f"{prefix}classes"], n_tiers,
-                   float(arrays[f"{prefix}temperature"]))
-
-
-def fit_linear_head(x: np.ndarray, y: np.ndarray, w: np.ndarray | None, n_tiers: int, c: float, seed: int
-                    ) -> LinearHead:
-    from sklearn.linear_model import LogisticRegression
-
-    mean = x.mean(axis=0)
-    scale = x.std(axis=0)
-    scale[scale < 1e-8] = 1.0
-    lr = LogisticRegression(C=c, max_iter=2000, tol=1e-4, random_state=seed)
-    lr.fit((x - mean) / scale, y, sample_weight=w)
-    return LinearHead(mean, scale, lr.coef_, lr.intercept_, lr.classes_, n_tiers)
-
-
-def _folds(y: np.ndarray, k: int, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed + 1)
-    fold = np.zeros(len(y), dtype=np.int64)
-    for c in np.unique(y):
-        idx = rng.permutation(np.nonzero(y == c)[0])
-        fold[idx] = np.arange(len(idx)) % k
-    return [np.nonzero(fold == f)[0] for f in range(k)]
-
-
-def choose_c(x: np.ndarray, y: np.ndarray, w: np.ndarray | None, n_tiers: int, seed: int,
-             grid: Sequence[float] = C_GRID, k: int = 3) -> tuple[float, dict[str, float]]:
-    """C with the lowest k-fold cross-validated log loss on the training part."""
-    folds = _folds(y, k, seed)
-    scores = {}
-    for c in grid:
-        losses = []
-        for f in folds:
-            tr = np.setdiff1d(np.arange(len(y)), f)
-            if len(np.unique(y[tr])) < 2:
-                continue
-            head = fit_linear_head(x[tr], y[tr], None if w is None else w[tr], n_tiers, c, seed)
-            losses.append(_log_loss(np.clip(head.proba(x[f]), 1e-12, 1), y[f], None if w is None else w[f]))
-        scores[c] = float(np.mean(losses)) if losses else float("inf")
-    best = min(grid, key=lambda c: (scores[c], -c))
-    return float(best), {str(c): round(v, 5) for c, v in scores.items()}
-
-
-# ------------------------------------------------------------------------------------- the classifier
 
 
 class ComplexityClassifier:
@@ -225,7 +48,7 @@ class ComplexityClassifier:
 
     def __init__(self, *, n_tiers: int, kind: str, version: str, encoder: str, head: LinearHead | None,
                  num_train_examples: int, metrics: dict, created_at: str, options: dict,
-                 finetuned: Any = None, folder: Path | None = None) -> None:
+                 finetuned: Any = None) -> None:
         self.n_tiers = int(n_tiers)
         self.kind = kind
         self.version = version
@@ -293,7 +116,9 @@ class ComplexityClassifier:
         from classifier.encoder import DEFAULT_ENCODER, EncoderError
 
         encoder = DEFAULT_ENCODER if encoder_path is None else str(encoder_path)
-        tr, va = _split(y, validation_fraction, seed) if validation_fraction > 0 else (np.arange(len(y)), None)
+        tr, va = (np.arange(len(y)), None)
+        if validation_fraction > 0:
+            tr, va = stratified_split(y, validation_fraction, seed)
         if va is not None and len(va) == 0:
             va = None
         options = {"head": head, "seed": int(seed), "validation_fraction": float(validation_fraction),
@@ -352,7 +177,7 @@ class ComplexityClassifier:
             fitted.temperature = temperature
             proba = fitted.proba(x[va])
             metrics.update(val_metrics(proba, y[va], wv))
-            metrics["val_log_loss_uncalibrated"] = round(_log_loss(
+            metrics["val_log_loss_uncalibrated"] = round(log_loss(
                 np.clip(LinearHead(fitted.mean, fitted.scale, fitted.coef, fitted.intercept, fitted.classes,
                                    n_tiers).proba(x[va]), 1e-12, 1), y[va], wv), 5)
         metrics["temperature"] = round(temperature, 5)
@@ -421,16 +246,6 @@ class ComplexityClassifier:
         return cls(head=head, **common)
 
 
-def val_metrics(proba: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> dict[str, float]:
-    m = {"val_log_loss": round(_log_loss(np.clip(proba, 1e-12, 1), y, w), 5),
-         "val_accuracy": round(float(np.average(proba.argmax(axis=1) == y, weights=w)), 5)}
-    if proba.shape[1] >= 2 and len(np.unique(y > 0)) == 2:
-        from sklearn.metrics import roc_auc_score
-
-        m["val_auc_not_small"] = round(float(roc_auc_score(y > 0, 1 - proba[:, 0], sample_weight=w)), 5)
-    return m
-
-
 def read_config(folder: Path) -> dict:
     path = Path(folder) / CONFIG_NAME
     if not Path(folder).is_dir():
@@ -446,7 +261,7 @@ def read_config(folder: Path) -> dict:
     return data
 
 
-def load_classifier(folder: str | Path):
+def load_folder(folder: str | Path):
     """The classifier saved in `folder`: a HeuristicClassifier or a ComplexityClassifier, by `kind`."""
     from classifier.heuristic import KIND as HEURISTIC_KIND, HeuristicClassifier
 

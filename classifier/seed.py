@@ -26,14 +26,14 @@ csv.field_size_limit(1 << 24)
 
 
 def build_seed_rows(data_folder=None) -> tuple[list[str], list[int], list[str]]:
-    from classifier.data import load_routellm, load_zeroeval
+    from classifier.data import ROUTELLM_SETS, load_routellm, load_zeroeval
 
     texts, labels, sources = [], [], []
     z = load_zeroeval("train", data_folder)
     texts += z.texts
     labels += [int(v) for v in z.labels]
     sources += [f"zeroeval:{g}" for g in z.groups]
-    for name in ("gsm8k", "mmlu"):
+    for name in ROUTELLM_SETS:
         r = load_routellm(name, "train", data_folder)
         texts += r.texts
         labels += [WEAK_STRONG_TO_TIER[int(v)] for v in r.labels]

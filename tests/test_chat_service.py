@@ -10,7 +10,7 @@ import pytest
 
 from aio.chat import ChatService, RequestContext
 from aio.metrics import Metrics
-from aio.routing import Router
+from aio.routing import ClassifierBatcher, Router
 from aio.server.errors import APIError
 from aio.server.schemas import ChatCompletionRequest
 from aio.settings import TierSettings
@@ -96,20 +96,29 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def route(router: Router, text: str):
+    """The server's path: the micro-batcher scores the text, the router decides with the classifier that scored it."""
+    async def main():
+        classifier = router.classifier
+        return router.decide(await ClassifierBatcher().predict(classifier, text), None, classifier)
+
+    return run(main())
+
+
 @pytest.mark.parametrize("quality, tier", [(0.0, "small"), (0.2, "small"), (0.5, "medium"), (0.7, "medium"),
                                            (0.71, "large"), (1.0, "large")])
 def test_router_picks_the_cheapest_tier_whose_cumulative_probability_reaches_the_quality(quality, tier):
     router = Router(FixedClassifier([0.2, 0.5, 0.3]), ["small", "medium", "large"], quality)
-    decision = router.route("text")
+    decision = route(router, "text")
     assert decision.tier == tier and decision.reason == "classifier" and decision.classifier_version == "fixed-1"
     assert decision.score == pytest.approx({"small": 0.2, "medium": 0.7, "large": 1.0}[tier])
 
 
 def test_router_with_missing_tiers_and_offsets():
     router = Router(FixedClassifier([0.6, 0.3, 0.1]), ["small", "large"], 0.5)
-    assert router.route("x").tier == "small"
+    assert route(router, "x").tier == "small"
     router.offsets["small"] = 0.2  # the quality monitor moved traffic up
-    assert router.route("x").tier == "large"
+    assert route(router, "x").tier == "large"
     with pytest.raises(ValueError):
         Router(FixedClassifier([1.0]), ["tiny"], 0.5)
 

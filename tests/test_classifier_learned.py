@@ -87,7 +87,7 @@ def test_routing_matches_the_server_rule():
 
 # --------------------------------------------------------------------------------------- the classifier
 
-from classifier import FEATURE_NAMES, ClassifierError, ComplexityClassifier, HeuristicClassifier, load_classifier  # noqa: E402
+from classifier import FEATURE_NAMES, ClassifierError, ComplexityClassifier, HeuristicClassifier, load_folder  # noqa: E402
 
 MATH = ["Solve for x: {a}x + {b} = {c}. Show each step of the algebra.",
         "A train travels {a} km in {b} hours, then {c} km in 2 hours. What is its average speed over the trip?",
@@ -140,7 +140,7 @@ def test_save_load_identical(trained, tmp_path):
     texts, _ = synthetic(4, seed=3)
     assert np.abs(loaded.predict_proba(texts) - trained.predict_proba(texts)).max() < 1e-6
     assert loaded.version == trained.version and loaded.metrics == json.loads(json.dumps(trained.metrics))
-    again = load_classifier(tmp_path / "clf")
+    again = load_folder(tmp_path / "clf")
     assert isinstance(again, ComplexityClassifier) and again.version == trained.version
 
 
@@ -188,35 +188,35 @@ def test_bad_options():
 
 def test_load_missing_or_corrupt(tmp_path, trained):
     with pytest.raises(ClassifierError, match="does not exist"):
-        load_classifier(tmp_path / "nowhere")
+        load_folder(tmp_path / "nowhere")
     with pytest.raises(ClassifierError, match="no classifier.json"):
-        load_classifier(tmp_path)
+        load_folder(tmp_path)
     (tmp_path / "classifier.json").write_text("{not json")
     with pytest.raises(ClassifierError, match="not valid JSON"):
-        load_classifier(tmp_path)
+        load_folder(tmp_path)
     (tmp_path / "classifier.json").write_text(json.dumps({"kind": "oracle"}))
     with pytest.raises(ClassifierError, match="unknown kind"):
-        load_classifier(tmp_path)
+        load_folder(tmp_path)
     folder = tmp_path / "saved"
     trained.save(folder)
     (folder / "head.npz").write_bytes(b"garbage")
     with pytest.raises(ClassifierError, match="head.npz"):
-        load_classifier(folder)
+        load_folder(folder)
     trained.save(folder)
     config = json.loads((folder / "classifier.json").read_text())
     config["n_tiers"] = 1
     (folder / "classifier.json").write_text(json.dumps(config))
     with pytest.raises(ClassifierError, match="n_tiers"):
-        load_classifier(folder)
+        load_folder(folder)
     config["n_tiers"] = 2  # the head has 3 classes
     (folder / "classifier.json").write_text(json.dumps(config))
     with pytest.raises(ClassifierError, match="outside n_tiers"):
-        load_classifier(folder)
+        load_folder(folder)
 
 
-def test_load_classifier_dispatches_on_kind(tmp_path):
+def test_load_folder_dispatches_on_kind(tmp_path):
     HeuristicClassifier().save(tmp_path / "h")
-    assert isinstance(load_classifier(tmp_path / "h"), HeuristicClassifier)
+    assert isinstance(load_folder(tmp_path / "h"), HeuristicClassifier)
 
 
 def test_shipped_default_routes_hard_math_higher():
@@ -282,7 +282,7 @@ def test_finetuned_head_on_a_local_distilbert(tiny_distilbert, tmp_path):
     assert proba.shape == (12, 2) and np.allclose(proba.sum(axis=1), 1.0)
     clf.save(tmp_path / "ft")
     assert (tmp_path / "ft" / "model" / "config.json").is_file()
-    loaded = load_classifier(tmp_path / "ft")
+    loaded = load_folder(tmp_path / "ft")
     assert loaded.kind == "finetuned" and np.abs(loaded.predict_proba(held_out) - proba).max() < 1e-6
 
 

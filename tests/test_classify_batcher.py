@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from aio.classify_batcher import ClassifierBatcher
+from aio.routing import ClassifierBatcher
 
 
 class RecordingClassifier:

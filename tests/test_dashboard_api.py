@@ -102,9 +102,9 @@ def seeded(request, tmp_path_factory):
         connection.execute(sa.insert(ClassifierVersion), [dict(
             version="v1", created_at=START + timedelta(days=2), kind="sklearn-head", metrics={"log_loss": 0.42},
             active=True, status="active", promoted_at=START + timedelta(days=2), num_train_examples=100)])
-    from aio import classifier_registry
+    from aio.routing import registry
 
-    classifier_registry.set_router_state(engine, updated_by="test", offsets={"small": 0.05}, note="seeded change")
+    registry.set_router_state(engine, updated_by="test", offsets={"small": 0.05}, note="seeded change")
     _, chat_key = KeyStore(engine).create("chat-user", "user")
     engine.dispose()
     server = start_server(None, home, url, admin_key=ADMIN_KEY, AIO_MONITOR_MODE="off")

@@ -271,7 +271,7 @@ def test_every_low_tier_answer_is_verified_and_a_bad_tier_moves_traffic_up(embed
 
 
 def _router_state(database_url):
-    from aio import classifier_registry as registry
+    from aio.routing import registry
     from aio.db.database import make_engine
 
     engine = make_engine(database_url)

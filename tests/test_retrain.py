@@ -11,16 +11,15 @@ import pytest
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
-from aio import classifier_registry as registry
-from aio.calibrate import CalibrationError, calibrate_large_share
 from aio.db.database import make_engine
 from aio.db.migrate import upgrade
 from aio.db.models import Request, Verification
 from aio.db.records import utcnow
-from aio.retrain import RetrainError, is_holdout, log_examples, parse_since, retrain
-from aio.router_watch import RouterWatcher
-from aio.routing import Router
+from aio.routing import Router, RouterWatcher, registry
+from aio.routing.calibrate import CalibrationError, calibrate_large_share
+from aio.routing.retrain import RetrainError, log_examples, parse_since, retrain
 from classifier import HeuristicClassifier
+from classifier.seed import is_holdout
 
 
 @pytest.fixture()

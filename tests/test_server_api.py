@@ -348,7 +348,7 @@ def test_public_bind_without_keys_is_refused(tmp_path, tier_checkpoints):
 
 
 def test_a_promoted_classifier_and_new_thresholds_take_over_without_restart(server, client, tmp_path):
-    from aio import classifier_registry as registry
+    from aio.routing import registry
     from aio.db.database import make_engine
     from classifier import HeuristicClassifier
 

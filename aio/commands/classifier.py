@@ -14,7 +14,7 @@ router_app = typer.Typer(help="Routing thresholds.", no_args_is_help=True)
 @classifier_app.command("list")
 def list_versions(config: Path | None = ConfigOption) -> None:
     """Every classifier version, newest first; * marks the active one."""
-    from aio import classifier_registry as registry
+    from aio.routing import registry
 
     with database(config) as engine:
         versions = registry.list_versions(engine)
@@ -30,7 +30,7 @@ def list_versions(config: Path | None = ConfigOption) -> None:
 @classifier_app.command()
 def promote(version: str, config: Path | None = ConfigOption) -> None:
     """Make VERSION the active classifier (running servers switch within their poll interval)."""
-    from aio import classifier_registry as registry
+    from aio.routing import registry
 
     with database(config) as engine:
         try:
@@ -43,7 +43,7 @@ def promote(version: str, config: Path | None = ConfigOption) -> None:
 @classifier_app.command()
 def rollback(config: Path | None = ConfigOption) -> None:
     """Re-activate the version that was active before the current one."""
-    from aio import classifier_registry as registry
+    from aio.routing import registry
 
     with database(config) as engine:
         try:
@@ -60,8 +60,8 @@ def calibrate(large_share: float = typer.Option(..., "--large-share", min=0.0, m
               dry_run: bool = typer.Option(False, "--dry-run", help="print, store nothing"),
               config: Path | None = ConfigOption) -> None:
     """Set the quality threshold so that about --large-share of recent traffic goes to the large tier."""
-    from aio.calibrate import CalibrationError, calibrate_large_share
-    from aio.retrain import RetrainError, parse_since
+    from aio.routing.calibrate import CalibrationError, calibrate_large_share
+    from aio.routing.retrain import RetrainError, parse_since
 
     try:
         window = parse_since(since)
@@ -79,9 +79,7 @@ def calibrate(large_share: float = typer.Option(..., "--large-share", min=0.0, m
 
 
 def _current_router(config: Path | None, engine):
-    from aio import classifier_registry as registry
-    from aio.classifier_loader import load_classifier
-    from aio.routing import Router
+    from aio.routing import Router, load_classifier, registry
     from aio.settings import TIER_ORDER, load_settings
 
     settings = load_settings(config)
@@ -97,17 +95,18 @@ def thresholds(small: float | None = typer.Option(None, help="set the small tier
                reset: bool = typer.Option(False, "--reset", help="clear every offset"),
                config: Path | None = ConfigOption) -> None:
     """Show the routing thresholds, or override them by hand (the quality monitor moves the offsets too)."""
-    from aio import classifier_registry as registry
+    from aio.routing import registry
+    from aio.settings import TIER_ORDER
 
+    given = {tier: value for tier, value in zip(TIER_ORDER, (small, medium)) if value is not None}
     with database(config) as engine:
         state = registry.router_state(engine)
         offsets = {} if reset else dict(state.offsets)
-        for tier, value in (("small", small), ("medium", medium)):
-            if value is not None:
-                if not -1.0 <= value <= 1.0:
-                    raise fail(f"--{tier} must be in [-1, 1], got {value}")
-                offsets[tier] = value
-        if reset or small is not None or medium is not None or quality is not None:
+        for tier, value in given.items():
+            if not -1.0 <= value <= 1.0:
+                raise fail(f"--{tier} must be in [-1, 1], got {value}")
+            offsets[tier] = value
+        if reset or given or quality is not None:
             try:
                 state = registry.set_router_state(engine, quality=quality, offsets=offsets,
                                                   updated_by="aio router thresholds", note="set by hand")

@@ -16,7 +16,7 @@ def monitor(lookback: str = typer.Option("1h", help="verify answers of this rece
             config: Path | None = ConfigOption) -> None:
     """Verify a sample of small/medium answers on the large tier (set monitor_mode = "external" on the servers
     so they do not verify the same answers)."""
-    from aio.retrain import RetrainError, parse_since
+    from aio.routing.retrain import RetrainError, parse_since
     from aio.settings import load_settings
 
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -33,9 +33,9 @@ def monitor(lookback: str = typer.Option("1h", help="verify answers of this rece
 
 
 async def _run(settings, engine, window, poll_interval: float, once: bool) -> int:
-    from aio import classifier_registry as registry
     from aio.chat import Prices
     from aio.monitoring import SqlVerdictStore, build_monitor, unverified_candidates
+    from aio.routing import registry
     from aio.tier_loader import build_tier
 
     if settings.tiers:

@@ -1,4 +1,4 @@
-"""`aio retrain`: weekly, from the SQL log (see aio/retrain.py)."""
+"""`aio retrain`: weekly, from the SQL log (see aio/routing/retrain.py)."""
 from __future__ import annotations
 
 import json
@@ -20,9 +20,9 @@ def retrain(since: str | None = typer.Option(None, help="use log verdicts of thi
             config: Path | None = ConfigOption) -> None:
     """Train a classifier from the quality monitor's verdicts plus the seed data; promote it if it is not worse
     than the one in service on held-out data. Safe to run daily with --if-due."""
-    from aio.classifier_loader import load_classifier
-    from aio.retrain import RetrainError, parse_since
-    from aio.retrain import retrain as run_retrain
+    from aio.routing import load_classifier
+    from aio.routing.retrain import RetrainError, parse_since
+    from aio.routing.retrain import retrain as run_retrain
     from aio.settings import load_settings
 
     settings = load_settings(config)

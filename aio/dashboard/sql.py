@@ -7,8 +7,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from aio.dashboard.ranges import TimeRange, iso
-from aio.db.log_writer import NO_TIER
 from aio.db.models import Request
+from aio.db.rollups import NO_TIER
 from aio.settings import TIER_ORDER
 
 

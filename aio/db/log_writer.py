@@ -1,8 +1,9 @@
 """The SQL request log: the server hands records over without waiting; one background thread writes them in batches.
 
 Each batch is one transaction: the `requests` rows are inserted with ON CONFLICT (request_id) DO NOTHING RETURNING
-request_id, and `daily_aggregates` grows by the rows that the insert returned, and only by those. A batch retried
-after an ambiguous commit (the connection died while committing) therefore stores and counts every request once.
+request_id, and the daily roll-ups (`aio.db.rollups`) grow by the rows that the insert returned, and only by those.
+A batch retried after an ambiguous commit (the connection died while committing) therefore stores and counts every
+request once.
 
 While the database is unreachable the records stay queued (in memory, without bound) and the batch is retried with
 exponential backoff; nothing is dropped. The one exception is a record refused for its own content (a constraint or
@@ -26,20 +27,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from aio.db.database import safe_url
-from aio.db.histograms import LATENCY_METRICS, SCORE_METRIC, bucket_of
-from aio.db.models import DailyAggregate, DailyHistogram, DailyUsage, Request
+from aio.db.models import Request
 from aio.db.records import RequestRecord
+from aio.db.rollups import rollup_upserts, rollup_values
 from aio.db.spill import SpillFile
 
 logger = logging.getLogger(__name__)
 
-NO_TIER = "none"  # the daily_aggregates tier of requests rejected before routing
 _RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
-_USAGE_SUMS = ("num_requests", "num_errors", "prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd")
-_SUM_COLUMNS = (*_USAGE_SUMS, "sum_latency_ms", "num_latency", "sum_ttft_ms", "num_ttft", "num_escalations",
-                "num_fallbacks")
-_HISTOGRAM_METRICS = (*LATENCY_METRICS, SCORE_METRIC)
-MAX_USER_CHARS = 200  # `user` as kept in daily_usage
 _INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
@@ -55,7 +50,7 @@ class LogWriterStats:
 
 
 class LogWriter:
-    """Writes `RequestRecord`s to `requests` and `daily_aggregates` on a background thread.
+    """Writes `RequestRecord`s to `requests` and the daily roll-ups on a background thread.
 
     `submit` never blocks and never touches the database; `flush` and `close` block, so call them off the event
     loop (`await asyncio.to_thread(writer.flush, 5)`).
@@ -73,7 +68,8 @@ class LogWriter:
         self._flush_interval_s = flush_interval_s
         self._retry_initial_s = retry_initial_s
         self._retry_max_s = retry_max_s
-        self._insert_requests, self._upserts = _statements(_INSERTS[engine.dialect.name])
+        self._insert_requests = _insert_requests(_INSERTS[engine.dialect.name])
+        self._upserts = rollup_upserts(_INSERTS[engine.dialect.name])
 
         self._cond = threading.Condition()
         self._queue: deque[RequestRecord] = deque()
@@ -265,27 +261,16 @@ class LogWriter:
             new_ids = set(connection.execute(self._insert_requests, rows).scalars())
             if new_ids:
                 new_rows = [row for row in rows if row["request_id"] in new_ids]
-                for upsert, values in zip(self._upserts, (_aggregate(new_rows), _histograms(new_rows),
-                                                          _usage(new_rows))):
+                for upsert, values in zip(self._upserts, rollup_values(new_rows)):
                     if values:
                         connection.execute(upsert, values)
         return len(new_ids)
 
 
-def _upsert(insert: Any, table: sa.Table, sums: tuple[str, ...]) -> sa.Insert:
-    """INSERT ... ON CONFLICT (primary key) DO UPDATE: the sums grow by the new values."""
-    upsert = insert(table)
-    return upsert.on_conflict_do_update(index_elements=list(table.primary_key.columns),
-                                        set_={name: table.c[name] + upsert.excluded[name] for name in sums})
-
-
-def _statements(insert: Any) -> tuple[sa.Insert, tuple[sa.Insert, sa.Insert, sa.Insert]]:
+def _insert_requests(insert: Any) -> sa.Insert:
     requests = Request.__table__
-    insert_requests = insert(requests).on_conflict_do_nothing(index_elements=[requests.c.request_id]) \
+    return insert(requests).on_conflict_do_nothing(index_elements=[requests.c.request_id]) \
         .returning(requests.c.request_id)
-    return insert_requests, (_upsert(insert, DailyAggregate.__table__, _SUM_COLUMNS),
-                             _upsert(insert, DailyHistogram.__table__, ("count",)),
-                             _upsert(insert, DailyUsage.__table__, _USAGE_SUMS))
 
 
 def _row(record: RequestRecord) -> dict[str, Any]:
@@ -301,64 +286,6 @@ def _row(record: RequestRecord) -> dict[str, Any]:
     row["created_at"] = created_at.replace(tzinfo=timezone.utc) if created_at.tzinfo is None \
         else created_at.astimezone(timezone.utc)
     return row
-
-
-def _add_usage(agg: dict[str, Any], row: dict[str, Any]) -> None:
-    """Counts `row` into the usage sums (`_USAGE_SUMS`) that daily_aggregates and daily_usage both keep."""
-    agg["num_requests"] += 1
-    agg["num_errors"] += row["status"] != "ok"
-    for name in ("prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd"):
-        agg[name] += row[name]
-
-
-def _aggregate(rows: Any) -> list[dict[str, Any]]:
-    """Sums per (UTC day, tier), in key order (replicas upserting the same keys then lock them in the same order)."""
-    sums: dict[tuple[Any, str], dict[str, Any]] = {}
-    for row in rows:
-        day, tier = row["created_at"].date(), row["tier"] or NO_TIER
-        agg = sums.setdefault((day, tier), {"day": day, "tier": tier, **dict.fromkeys(_SUM_COLUMNS, 0)})
-        _add_usage(agg, row)
-        if row["latency_ms"] is not None:
-            agg["sum_latency_ms"] += row["latency_ms"]
-            agg["num_latency"] += 1
-        if row["ttft_ms"] is not None:
-            agg["sum_ttft_ms"] += row["ttft_ms"]
-            agg["num_ttft"] += 1
-        agg["num_escalations"] += row["routing_reason"] == "escalation"
-        agg["num_fallbacks"] += row["routing_reason"] == "fallback"
-    return [sums[key] for key in sorted(sums)]
-
-
-def _histograms(rows: Any) -> list[dict[str, Any]]:
-    """Bucket counts per (UTC day, tier, metric, bucket), in key order; NULL values are not counted."""
-    counts: dict[tuple[Any, str, str, int], int] = {}
-    for row in rows:
-        day, tier = row["created_at"].date(), row["tier"] or NO_TIER
-        for metric in _HISTOGRAM_METRICS:
-            value = row.get(metric)
-            if value is not None and math.isfinite(value):
-                key = (day, tier, metric, bucket_of(metric, value))
-                counts[key] = counts.get(key, 0) + 1
-    return [{"day": k[0], "tier": k[1], "metric": k[2], "bucket": k[3], "count": counts[k]} for k in sorted(counts)]
-
-
-def usage_values(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """The (dimension, value) pairs a request is counted under in daily_usage."""
-    return (("key", str(row["key_id"]) if row["key_id"] is not None else ""),
-            ("user", (row["user"] or "")[:MAX_USER_CHARS]), ("model", row["model"] or ""))
-
-
-def _usage(rows: Any) -> list[dict[str, Any]]:
-    """Sums per (UTC day, tier, dimension, value), in key order."""
-    sums: dict[tuple[Any, str, str, str], dict[str, Any]] = {}
-    for row in rows:
-        day, tier = row["created_at"].date(), row["tier"] or NO_TIER
-        for dimension, value in usage_values(row):
-            agg = sums.setdefault((day, tier, dimension, value),
-                                  {"day": day, "tier": tier, "dimension": dimension, "value": value,
-                                   **dict.fromkeys(_USAGE_SUMS, 0)})
-            _add_usage(agg, row)
-    return [sums[key] for key in sorted(sums)]
 
 
 def _refused(exc: Exception) -> bool:

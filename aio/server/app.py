@@ -10,14 +10,12 @@ from typing import AsyncIterator
 from fastapi import FastAPI
 
 from aio.chat import ChatService
-from aio.classifier_loader import load_classifier
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
 from aio.db.migrate import ensure_schema
 from aio.metrics import Metrics
-from aio.router_watch import RouterWatcher
-from aio.routing import Classifier, Router
+from aio.routing import Classifier, Router, RouterWatcher, load_classifier
 from aio.server.auth import Authenticator, is_loopback
 from aio.server.body_limit import BodyLimitMiddleware
 from aio.server.errors import install_error_handlers

@@ -1,7 +1,7 @@
 """Classifier versions and router thresholds in the SQL database: what is active, promotion and rollback.
 
 One version is active at a time; servers poll the active version and the router settings and switch without
-a restart (see `aio.router_watch`).
+a restart (see `aio.routing.watch`).
 """
 from __future__ import annotations
 

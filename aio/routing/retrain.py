@@ -22,11 +22,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from aio import classifier_registry as registry
 from aio.db.models import Request, Verification
 from aio.db.records import utcnow
+from aio.routing import registry
 from aio.settings import TIER_ORDER
-from classifier.seed import HOLDOUT_PERCENT, is_holdout  # noqa: F401 - re-exported
+from classifier.seed import is_holdout
 
 logger = logging.getLogger(__name__)
 

@@ -12,10 +12,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from aio import classifier_registry as registry
 from aio.db.models import Request
 from aio.db.records import utcnow
-from aio.routing import Router
+from aio.routing import registry
+from aio.routing.router import Router
+from aio.settings import TIER_ORDER
 
 MIN_REQUESTS = 20
 
@@ -75,7 +76,7 @@ def calibrate_large_share(engine: Engine, router: Router, large_share: float, si
                                "widen --since or wait for traffic")
     # The largest tier is chosen when the next-largest one's P(good) falls short of the threshold.
     below = router.tiers[-2]
-    p_good = np.cumsum(proba, axis=1)[:, min(_label(below), proba.shape[1] - 1)]
+    p_good = np.cumsum(proba, axis=1)[:, min(TIER_ORDER.index(below), proba.shape[1] - 1)]
     ordered = np.sort(p_good)
     k = int(round(large_share * len(ordered)))
     cut = 0.0 if k == 0 else (1.0 + 1e-6 if k >= len(ordered) else float((ordered[k - 1] + ordered[k]) / 2))
@@ -85,12 +86,6 @@ def calibrate_large_share(engine: Engine, router: Router, large_share: float, si
         registry.set_router_state(engine, quality=quality, updated_by="aio router calibrate",
                                   note=f"large share {large_share:.3f} over {len(proba)} requests in {since}")
     return CalibrationReport(quality, len(proba), num_rescored, shares)
-
-
-def _label(tier: str) -> int:
-    from aio.settings import TIER_ORDER
-
-    return TIER_ORDER.index(tier)
 
 
 def _shares(router: Router, proba: np.ndarray, quality: float) -> dict[str, float]:

@@ -7,9 +7,9 @@ import logging
 
 from sqlalchemy.engine import Engine
 
-from aio import classifier_registry as registry
-from aio.classifier_loader import load_version
-from aio.routing import Router
+from aio.routing import registry
+from aio.routing.loader import load_version
+from aio.routing.router import Router
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@
 The classifier's label for a text is the index of the cheapest tier that answers it well (0 = small), so
 P(tier t answers well) = P(label <= t). The router picks the cheapest configured tier whose probability reaches
 the threshold `quality` (0 = always the cheapest, 1 = always the largest), raised per tier by `offsets` (the
-quality monitor moves traffic up by raising them).
+quality monitor moves traffic up by raising them). The server scores texts through `aio.routing.batcher` and
+decides with `Router.decide`.
 """
 from __future__ import annotations
 
@@ -54,6 +55,3 @@ class Router:
             if p_good >= min(1.0, threshold + self.offsets.get(tier, 0.0)) - 1e-9 or tier == self.tiers[-1]:
                 return RoutingDecision(tier, "classifier", p_good, scores, version)
         raise AssertionError("unreachable: the largest tier always accepts")
-
-    def route(self, text: str, quality: float | None = None) -> RoutingDecision:
-        return self.decide(self.classifier.predict_proba([text])[0], quality)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aio.routing import Classifier
+from aio.routing.router import Classifier
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Which classifier routes `auto` requests.
+"""Which classifier routes `auto` requests: `load_classifier`.
 
 In order: `classifier_path` from the settings (pinned: never switched at run time); else the version active in
 the database (`aio retrain` / `aio classifier promote`); else the trained default shipped in the package
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from aio import classifier_registry as registry
-from aio.routing import Classifier
+from aio.routing import registry
+from aio.routing.router import Classifier
 
 logger = logging.getLogger(__name__)
 
@@ -25,11 +25,8 @@ def builtin_classifier() -> Classifier:
     """The shipped default if it is present and loads, else the heuristic."""
     import classifier
 
-    load_default = getattr(classifier, "load_default", None)
-    if load_default is None:
-        return classifier.HeuristicClassifier()
     try:
-        return load_default()
+        return classifier.load_default()
     except Exception as exc:  # a broken install must not stop the server: the heuristic still routes
         logger.error("the shipped default classifier does not load (%s): routing with the heuristic", exc)
         return classifier.HeuristicClassifier()
@@ -46,24 +43,25 @@ def load_version(info: registry.VersionInfo) -> Classifier:
         raise ClassifierLoadError(f"builtin classifier {info.version!r} is not in this installation")
     if info.path is None:
         raise ClassifierLoadError(f"classifier version {info.version!r} has no folder")
-    return load_folder(Path(info.path))
+    return _load_folder(Path(info.path))
 
 
-def load_folder(path: Path) -> Classifier:
+def _load_folder(path: Path) -> Classifier:
     import classifier
 
     if not path.is_dir():
         raise ClassifierLoadError(f"classifier folder {path} does not exist")
-    load = getattr(classifier, "load_classifier", classifier.HeuristicClassifier.load)
     try:
-        return load(path)
+        return classifier.load_folder(path)
     except Exception as exc:
         raise ClassifierLoadError(f"cannot load the classifier in {path}: {exc}") from exc
 
 
 def load_classifier(path: Path | None, db: Engine | None = None) -> Classifier:
+    """The classifier to route with: the folder `path` if given, else the database's active version (see the
+    module docstring)."""
     if path is not None:
-        return load_folder(Path(path))
+        return _load_folder(Path(path))
     if db is None:
         return builtin_classifier()
     active = registry.active_version(db)
