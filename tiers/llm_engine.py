@@ -55,10 +55,7 @@ class Engine:
                                   get_attention_backend(config.attention_backend, device), extra_kv)
         self.max_model_len = resolve_max_model_len(config, self.model_config, self.runner.num_blocks)
         self.runner.model.build_rotary(self.max_model_len + 1, device)
-        self.speculator: Speculator | None = None
-        if config.speculative is not None:
-            draft_runner = DraftRunner(*draft_model, self.runner, self.max_model_len + 1) if draft_model else None
-            self.speculator = Speculator(config, draft_runner)
+        self.speculator = _speculator(config, draft_model, self.runner, self.max_model_len)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.processor = InputProcessor(self.path, self.tokenizer, self.model_config.vocab_size, self.max_model_len,
@@ -300,3 +297,11 @@ def _draft_model(config: EngineConfig, draft: str | Path | Engine | None, target
     if isinstance(draft, Engine):
         return share_draft_model(draft.path, draft.runner, draft.model_config, draft.tokenizer, target)
     return load_draft_model(Path(draft), target)
+
+
+def _speculator(config: EngineConfig, draft_model: tuple[LlamaForCausalLM, ModelConfig] | None,
+                runner: ModelRunner, max_model_len: int) -> Speculator | None:
+    if config.speculative is None:
+        return None
+    draft_runner = DraftRunner(*draft_model, runner, max_model_len + 1) if draft_model else None
+    return Speculator(config, draft_runner)
