@@ -6,11 +6,14 @@ With no tiers configured, `aio serve` builds the embedded demo tiers under `$AIO
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from tiers.engine.config import EngineConfig
 
 TIER_ORDER = ("small", "medium", "large")  # cheapest first; index = the classifier's label
 
@@ -20,7 +23,13 @@ def default_home() -> Path:
 
 
 class TierSettings(BaseModel):
-    """One tier: a local checkpoint run on the shared engine, or an OpenAI-compatible server."""
+    """One tier: a local checkpoint run on the shared engine, or an OpenAI-compatible server.
+
+    Engine options (local tiers) are EngineConfig's fields, written flat beside the others (`block_size = 16`
+    under `[tiers.small]`, or `AIO_TIERS__SMALL__BLOCK_SIZE`): they are collected into `engine` and validated by
+    EngineConfig itself, so a new engine option needs no edit here. max_model_len is one of them; remote tiers
+    use it too (required where the server's /models does not say).
+    """
     model_config = ConfigDict(extra="forbid")
 
     path: Path | None = None  # a local Hugging Face checkpoint folder
@@ -30,23 +39,25 @@ class TierSettings(BaseModel):
     input_price_per_million: float = Field(0.0, ge=0)  # USD per million prompt tokens
     output_price_per_million: float = Field(0.0, ge=0)  # USD per million completion tokens
     # Speculative decoding (local tiers): `draft` names a cheaper local tier whose loaded model drafts for this one
-    # (its weights shared, not copied; same tokenizer vocabulary, checked at start); `speculative = "ngram"`
-    # drafts by prompt lookup instead, with no model. num_speculative_tokens: the largest k (adaptive 0..k).
+    # (its weights shared, not copied; same tokenizer vocabulary, checked at start); the engine option
+    # `speculative = "ngram"` drafts by prompt lookup instead, with no model. Default with `draft`: "draft".
     draft: str | None = None
-    speculative: Literal["draft", "ngram"] | None = None  # default: "draft" when `draft` is set
-    num_speculative_tokens: int = Field(4, ge=1, le=16)
     max_queue: int = Field(256, ge=1)  # waiting requests beyond which new ones get 429
-    max_model_len: int | None = Field(None, ge=1)  # required for remote tiers whose /models does not say
-    # engine options (local tiers)
-    device: str = "cpu"
-    dtype: str | None = None
-    block_size: int = Field(16, ge=1)
-    kv_cache_bytes: int | None = Field(None, ge=1)
-    kv_cache_fraction: float | None = Field(None, gt=0, le=1)
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int = Field(2048, ge=1)
-    enable_prefix_caching: bool = True
     request_timeout_s: float = Field(600.0, gt=0)  # remote tiers
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_engine_options(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        flat = {key: data[key] for key in EngineConfig.option_names() & data.keys()}
+        if not flat:
+            return data
+        engine = data.get("engine") or {}
+        engine = asdict(engine) if isinstance(engine, EngineConfig) else dict(engine)
+        rest = {key: value for key, value in data.items() if key not in flat}
+        return {**rest, "engine": {**engine, **flat}}
 
     @model_validator(mode="after")
     def _one_backend(self) -> "TierSettings":
@@ -57,7 +68,7 @@ class TierSettings(BaseModel):
     @model_validator(mode="after")
     def _speculation(self) -> "TierSettings":
         if self.draft is not None and self.speculative is None:
-            self.speculative = "draft"
+            self.engine = replace(self.engine, speculative="draft")
         if self.speculative == "draft" and self.draft is None:
             raise ValueError("speculative = \"draft\" needs `draft`: the tier whose model drafts for this one")
         if self.speculative == "ngram" and self.draft is not None:
@@ -69,6 +80,14 @@ class TierSettings(BaseModel):
     @property
     def is_remote(self) -> bool:
         return self.base_url is not None
+
+    @property
+    def speculative(self) -> str | None:
+        return self.engine.speculative
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.engine.max_model_len
 
 
 class Settings(BaseSettings):

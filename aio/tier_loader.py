@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from aio.settings import TIER_ORDER, TierSettings
-from tiers.engine.llm_engine import Engine
+from tiers.llm_engine import Engine
 from tiers.pool import LocalTier, Tier, TierPool, load_local_tier
 from tiers.remote import RemoteTier
-from tiers.spec_decode.speculator import DraftModelError
+from tiers.spec_decode.draft_model import DraftModelError
 
 logger = logging.getLogger(__name__)
 
@@ -26,18 +27,13 @@ def build_tier(name: str, tier: TierSettings, is_demo: bool = False, draft: Engi
         return remote
     if not (tier.path / "config.json").is_file():
         raise TierLoadError(f"tier {name}: {tier.path} is not a checkpoint folder (no config.json)")
-    speculative = tier.speculative
-    if speculative == "draft" and draft is None:
+    config = tier.engine
+    if config.speculative == "draft" and draft is None:
         logger.info("tier %s: built without its draft tier %s, so without speculative decoding", name, tier.draft)
-        speculative = None
+        config = replace(config, speculative=None)
     try:
-        local: LocalTier = load_local_tier(
-            name, tier.path, model=tier.model, is_demo=is_demo, device=tier.device, dtype=tier.dtype,
-            block_size=tier.block_size, kv_cache_bytes=tier.kv_cache_bytes, max_num_seqs=tier.max_num_seqs,
-            max_model_len=tier.max_model_len, kv_cache_fraction=tier.kv_cache_fraction,
-            max_num_batched_tokens=tier.max_num_batched_tokens, enable_prefix_caching=tier.enable_prefix_caching,
-            speculative=speculative, draft=draft if speculative == "draft" else None,
-            num_speculative_tokens=tier.num_speculative_tokens)
+        local: LocalTier = load_local_tier(name, tier.path, config, model=tier.model, is_demo=is_demo,
+                                           draft=draft if config.speculative == "draft" else None)
     except DraftModelError as exc:
         raise TierLoadError(f"tier {name}: tier {tier.draft} cannot draft for it: {exc}") from exc
     return local

@@ -120,14 +120,14 @@ def test_stop_token_ids_and_eos(engine):
     assert out.finish_reason == "stop" and out.stop_reason == stop_id
     assert out.token_ids == full[:first + 1]
     # The model's eos ends a request unless ignore_eos is set.
-    saved = set(engine.eos_token_ids)
-    engine.eos_token_ids = {stop_id}
+    saved = set(engine.output_processor.eos_token_ids)
+    engine.output_processor.eos_token_ids = {stop_id}
     try:
         assert greedy(engine, ignore_eos=False).token_ids == full[:first + 1]
         assert greedy(engine, ignore_eos=False).finish_reason == "stop"
         assert greedy(engine, ignore_eos=True).token_ids == full
     finally:
-        engine.eos_token_ids = saved
+        engine.output_processor.eos_token_ids = saved
 
 
 def test_stop_strings_cut_the_text(engine):

@@ -139,5 +139,5 @@ def test_triton_backend_in_the_engine_matches_torch_backend(llama_path):
     torch_engine = Engine.from_pretrained(llama_path, max_model_len=128, max_num_batched_tokens=24)
     triton_engine = Engine.from_pretrained(llama_path, max_model_len=128, max_num_batched_tokens=24,
                                            attention_backend="triton")
-    assert triton_engine.runner.attention_backend == "triton"
+    assert triton_engine.runner.attention_backend.name == "triton"
     assert engine_greedy(triton_engine, prompts, 6) == engine_greedy(torch_engine, prompts, 6)

@@ -15,7 +15,7 @@ from tiers.engine.sequence import Sequence
 from tiers.spec_decode.adaptive import (AcceptanceEstimate, CostModel, SpecController,
                                         expected_tokens)
 from tiers.spec_decode.proposer import NgramProposer
-from tiers.spec_decode.rejection_sampler import verify_one
+from tiers.engine.rejection_sampler import verify_one
 
 MAX_TOKENS = 24
 
@@ -140,7 +140,7 @@ def test_triton_backend_verifies_draft_tokens(pair):
     prompts = make_prompts(512)[:4]
     engine = Engine.from_pretrained(target, draft=draft, attention_backend="triton", max_model_len=128,
                                     max_num_batched_tokens=24, num_speculative_tokens=3, speculative_adaptive=False)
-    assert engine.runner.attention_backend == "triton"
+    assert engine.runner.attention_backend.name == "triton"
     assert greedy(engine, prompts, 8) == hf_greedy(target, prompts, 8)
     assert engine.stats().speculative.num_accepted_tokens > 0
     assert_no_leak(engine)

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator, Protocol, Sequence
 
-from tiers.engine.llm_engine import Engine
+from tiers.engine.config import EngineConfig
+from tiers.engine.outputs import SpecDecodeStats
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.sequence import TokenLogprob
-from tiers.spec_decode.metrics import SpecDecodeStats
+from tiers.llm_engine import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -150,9 +151,10 @@ class TierPool:
                 logger.exception("closing tier %s failed", tier.name)
 
 
-def load_local_tier(name: str, path: str | Path, model: str | None = None, is_demo: bool = False,
-                    **engine_options) -> LocalTier:
-    engine = Engine.from_pretrained(path, **engine_options)
+def load_local_tier(name: str, path: str | Path, config: EngineConfig, model: str | None = None,
+                    is_demo: bool = False, draft: Engine | None = None) -> LocalTier:
+    """draft: the engine whose model drafts for this one, with config.speculative == "draft"."""
+    engine = Engine(path, config, draft=draft)
     return LocalTier(name=name, engine=engine, model=model or Path(path).name, is_demo=is_demo)
 
 

@@ -1,7 +1,11 @@
-"""Engine settings: one flat dataclass."""
+"""Engine options: one flat dataclass, the single definition (Engine.from_pretrained's keyword arguments and a
+tier's engine settings are both validated into it). Importing it needs no torch."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
+
+MAX_SPECULATIVE_TOKENS = 16
 
 
 @dataclass
@@ -27,22 +31,39 @@ class EngineConfig:
     ngram_min: int = 1
     ngram_max: int = 3
 
+    @classmethod
+    def option_names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in fields(cls))
+
+    @classmethod
+    def from_options(cls, **options: Any) -> EngineConfig:
+        """Like the constructor, with an error that names an unknown option and lists the known ones."""
+        unknown = sorted(set(options) - cls.option_names())
+        if unknown:
+            raise TypeError(f"unknown engine option(s) {', '.join(map(repr, unknown))}; the options are "
+                            f"{', '.join(sorted(cls.option_names()))}")
+        return cls(**options)
+
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two, got {self.block_size}")
-        if self.max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.max_num_batched_tokens < 1:
-            raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_bytes", "max_model_len"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
         if self.kv_cache_bytes is not None and self.kv_cache_fraction is not None:
             raise ValueError("set kv_cache_bytes or kv_cache_fraction, not both")
         if self.kv_cache_fraction is not None and not 0 < self.kv_cache_fraction <= 1:
             raise ValueError(f"kv_cache_fraction must be in (0, 1], got {self.kv_cache_fraction}")
-        if self.speculative not in (None, "draft", "ngram"):
-            raise ValueError(f"speculative must be 'draft', 'ngram' or None, got {self.speculative!r}")
-        if self.num_speculative_tokens < 1:
-            raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
-        if not 1 <= self.ngram_min <= self.ngram_max:
-            raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
         if self.attention_backend not in (None, "torch", "triton"):
             raise ValueError(f"attention_backend must be 'torch' or 'triton', got {self.attention_backend!r}")
+        self._check_speculation()
+
+    def _check_speculation(self) -> None:
+        if self.speculative not in (None, "draft", "ngram"):
+            raise ValueError(f"speculative must be 'draft', 'ngram' or None, got {self.speculative!r}")
+        if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+            raise ValueError(f"num_speculative_tokens must be in 1..{MAX_SPECULATIVE_TOKENS}, "
+                             f"got {self.num_speculative_tokens}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")

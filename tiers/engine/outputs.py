@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tiers.engine.sequence import TokenLogprob
-from tiers.spec_decode.metrics import SpecDecodeStats
 
 
 @dataclass
@@ -26,6 +25,25 @@ class RequestOutput:
     @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
+
+
+@dataclass
+class SpecDecodeStats:
+    method: str  # "draft" or "ngram"
+    num_speculative_tokens: int  # the largest k
+    num_verifications: int  # sequence-steps that verified at least one draft token
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    acceptance_rate: float  # accepted / draft tokens
+    # Leviathan's alpha: the chance that a draft token is accepted once the ones before it were, estimated as
+    # accepted / (accepted + rejections): a verification stops at its first rejection, if any
+    alpha: float
+    mean_tokens_per_verification: float  # tokens emitted per verification: 1 + accepted / verifications
+    per_position_acceptance: list[float]  # position i: accepted / proposed at draft position i (0 if never)
+    num_proposed_per_position: list[int]  # how often a draft token was proposed at position i
+    num_plain_decodes: int  # sequence-steps that decoded without draft tokens (k = 0 chosen, or no proposal)
+    current_k: int  # the k the adaptive controller chose last
+    cost_ratio: float | None  # a draft forward's time / a target forward's (one token each); 0 for ngram
 
 
 @dataclass

@@ -60,6 +60,13 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def num_pending_prefill_tokens(self) -> int:
+        """The tokens the next step would compute besides single-token decodes (running prefill chunks and
+        waiting prompts), at most the step's token budget."""
+        pending = sum(n for s in self.running if (n := s.num_tokens - s.num_computed_tokens) > 1)
+        pending += sum(s.num_tokens for s in self.waiting)
+        return min(pending, self.max_num_batched_tokens)
+
     def schedule(self) -> SchedulerOutput:
         """Candidates in priority order, running before waiting within a priority: a waiting sequence that
         outranks running ones is served before them, and takes blocks or a seat from the lowest-priority running

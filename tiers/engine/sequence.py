@@ -52,7 +52,6 @@ class Sequence:
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
         self.logprobs: list[TokenLogprob] = []
-        self.first_token_time: float | None = None
         self.first_scheduled_time: float | None = None  # when the scheduler first admitted it (queue time ends)
         self.num_preemptions = 0
         # Speculative decoding: the draft tokens this step verifies (after token_ids, never part of them), the

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tiers.attention.backend import AttentionMetadata
 from tiers.attention.layer import PagedAttention
-from tiers.attention.metadata import AttentionMetadata
 from tiers.models.config import ModelConfig
 from tiers.models.rotary import RotaryEmbedding, apply_rotary
 
@@ -32,7 +32,7 @@ class LlamaAttention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_bias)
-        self.attn = PagedAttention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim ** -0.5)
+        self.attn = PagedAttention(self.head_dim ** -0.5)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata
                 ) -> torch.Tensor:

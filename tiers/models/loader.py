@@ -14,6 +14,27 @@ from tiers.models.llama import LlamaForCausalLM
 IGNORED_WEIGHT_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
+def resolve_device(name: str) -> torch.device:
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for, but CUDA is not available")
+    return device
+
+
+def resolve_dtype(name: str | torch.dtype | None, device: torch.device, model_config: ModelConfig) -> torch.dtype:
+    """None or "auto": float32 on CPU, the checkpoint's half type (or bfloat16) elsewhere."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name is None or name == "auto":
+        if device.type == "cpu":
+            return torch.float32
+        return torch.float16 if model_config.torch_dtype == "float16" else torch.bfloat16
+    dtype = getattr(torch, str(name), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"unsupported dtype {name!r}; use float32, bfloat16 or float16")
+    return dtype
+
+
 def safetensors_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.is_file():

@@ -22,8 +22,6 @@ from tiers.spec_decode.draft_runner import DraftRunner
 
 
 class NgramProposer:
-    has_cost = False
-
     def __init__(self, min_n: int = 1, max_n: int = 3, max_lookback: int = 4096) -> None:
         self.min_n, self.max_n, self.max_lookback = min_n, max_n, max_lookback
 
@@ -47,8 +45,6 @@ class NgramProposer:
 
 
 class DraftModelProposer:
-    has_cost = True
-
     def __init__(self, runner: DraftRunner, on_forward: Callable[[int, float], None] | None = None,
                  max_chunk_tokens: int = 2048) -> None:
         self.runner = runner

@@ -1,0 +1,84 @@
+"""Turns a request (prompt, sampling params, priority) into a validated Sequence (vLLM's input processor)."""
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Sequence as Seq
+
+import torch
+
+from tiers.engine.outputs import RequestOutput
+from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
+from tiers.engine.sequence import Sequence
+
+Prompt = str | list[int]
+
+
+class InputProcessor:
+    def __init__(self, path: Path, tokenizer: Any, vocab_size: int, max_model_len: int, seed: int,
+                 make_generator: Callable[[int], torch.Generator]) -> None:
+        self.path, self.tokenizer, self.vocab_size = path, tokenizer, vocab_size
+        self.max_model_len = max_model_len
+        self.make_generator = make_generator
+        self._rng = random.Random(seed)
+
+    def make_sequence(self, prompt: Prompt, params: SamplingParams, request_id: str | None, priority: int,
+                      on_output: Callable[[RequestOutput], None] | None, stream: bool) -> Sequence:
+        """Raises InvalidRequestError for bad input."""
+        if not isinstance(params, SamplingParams):
+            raise InvalidRequestError(f"params must be SamplingParams, got {type(params).__name__}")
+        token_ids = self.tokenize(prompt)
+        if len(token_ids) > self.max_model_len:
+            raise InvalidRequestError(f"the prompt has {len(token_ids)} tokens, more than this model's maximum "
+                                      f"context length of {self.max_model_len} tokens")
+        if not isinstance(priority, int):
+            raise InvalidRequestError(f"priority must be an integer, got {priority!r}")
+        generator = None
+        if not params.greedy:
+            seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+            generator = self.make_generator(seed)
+        return Sequence(request_id or uuid.uuid4().hex, token_ids, params, priority=priority, on_output=on_output,
+                        stream=stream, generator=generator)
+
+    def make_batch(self, prompts: Prompt | Seq[Prompt], params: SamplingParams | Seq[SamplingParams] | None,
+                   priority: int, on_output: Callable[[RequestOutput], None]) -> list[Sequence]:
+        """One sequence per prompt (a single prompt may be given bare), with one params for all or one each."""
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if isinstance(params, (list, tuple)):
+            if len(params) != len(prompts):
+                raise InvalidRequestError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
+            param_list = list(params)
+        else:
+            param_list = [params or SamplingParams()] * len(prompts)
+        return [self.make_sequence(p, sp, None, priority, on_output, False) for p, sp in zip(prompts, param_list)]
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise InvalidRequestError(f"{self.path} has no chat template")
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def tokenize(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidRequestError("the prompt is empty")
+            if self.tokenizer is None:
+                raise InvalidRequestError(f"{self.path} has no tokenizer: pass token ids instead of text")
+            token_ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, (list, tuple)):
+            token_ids = list(prompt)
+            if any(isinstance(t, bool) or not isinstance(t, int) for t in token_ids):
+                raise InvalidRequestError("a token-id prompt must be a list of integers")
+            bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+            if bad:
+                raise InvalidRequestError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
+        else:
+            raise InvalidRequestError(f"a prompt is a string or a list of token ids, got {type(prompt).__name__}")
+        if not token_ids:
+            raise InvalidRequestError("the prompt is empty")
+        return token_ids

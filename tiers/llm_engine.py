@@ -1,0 +1,307 @@
+"""The engine's front end: builds the model runner, scheduler and speculator from an EngineConfig, runs the
+scheduler/model step loop, and hands outputs to callers.
+
+`generate` steps inline on the caller's thread; `stream` (async) starts one background thread that steps while
+any request is unfinished, so concurrent streams and generate calls share every step.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Sequence as Seq
+
+from tiers.attention.selector import get_attention_backend
+from tiers.engine.block_manager import BlockManager
+from tiers.engine.config import EngineConfig
+from tiers.engine.detokenizer import Detokenizer
+from tiers.engine.kv_cache import kv_bytes_per_block, resolve_max_model_len
+from tiers.engine.model_runner import ModelRunner
+from tiers.engine.output_processor import OutputProcessor, eos_token_ids
+from tiers.engine.outputs import EngineStats, RequestOutput
+from tiers.engine.processor import InputProcessor, Prompt
+from tiers.engine.sampler import SamplerOutput
+from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
+from tiers.engine.scheduler import Scheduler, SchedulerOutput
+from tiers.engine.sequence import Sequence
+from tiers.models.config import ModelConfig
+from tiers.models.llama import LlamaForCausalLM
+from tiers.models.loader import resolve_device, resolve_dtype
+from tiers.models.tokenizer import load_tokenizer
+from tiers.spec_decode.draft_model import DraftTarget, load_draft_model, share_draft_model
+from tiers.spec_decode.draft_runner import DraftRunner
+from tiers.spec_decode.speculator import Speculator
+
+logger = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, path: str | Path, config: EngineConfig, draft: str | Path | Engine | None = None) -> None:
+        """draft: with config.speculative == "draft", the draft model: a checkpoint folder, or another Engine
+        whose loaded weights are shared (this engine keeps its own KV pool for them)."""
+        self.path = Path(path)
+        self.config = config
+        self.model_config = ModelConfig.from_pretrained(self.path)
+        self.tokenizer = load_tokenizer(self.path)
+        device = resolve_device(config.device)
+        dtype = resolve_dtype(config.dtype, device, self.model_config)
+        draft_model = _draft_model(config, draft, DraftTarget(self.path, self.model_config, self.tokenizer, device,
+                                                              dtype))
+        extra_kv = kv_bytes_per_block(draft_model[1], config.block_size, dtype) if draft_model else 0
+        self.runner = ModelRunner(self.path, self.model_config, config, device, dtype,
+                                  get_attention_backend(config.attention_backend, device), extra_kv)
+        self.max_model_len = resolve_max_model_len(config, self.model_config, self.runner.num_blocks)
+        self.runner.model.build_rotary(self.max_model_len + 1, device)
+        self.speculator = _speculator(config, draft_model, self.runner, self.max_model_len)
+        self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        self.processor = InputProcessor(self.path, self.tokenizer, self.model_config.vocab_size, self.max_model_len,
+                                        config.seed, self.runner.make_generator)
+        self.detokenizer = Detokenizer(self.tokenizer) if self.tokenizer is not None else None
+        self.output_processor = OutputProcessor(self.detokenizer, eos_token_ids(self.model_config, self.tokenizer),
+                                                self.max_model_len)
+        self._seqs: dict[str, Sequence] = {}
+        self._pending: deque[Sequence] = deque()
+        self._pending_aborts: deque[str] = deque()
+        self._lock = threading.RLock()
+        self._work = threading.Condition(self._lock)
+        self._loop_thread: threading.Thread | None = None
+        self._closed = False
+        self.num_steps = 0
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, draft: str | Path | Engine | None = None, **config: Any) -> Engine:
+        """config: EngineConfig's fields. speculative defaults to "draft" when `draft` is given."""
+        if draft is not None and config.get("speculative") is None:
+            config["speculative"] = "draft"
+        return cls(path, EngineConfig.from_options(**config), draft=draft)
+
+    # ---- requests -------------------------------------------------------------------------------------------
+
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    priority: int = 0, on_output: Callable[[RequestOutput], None] | None = None,
+                    stream: bool = False) -> str:
+        """Queues a request; the next step picks it up. Raises InvalidRequestError for bad input.
+        priority: lower is served first (the quality monitor replays at a higher number)."""
+        seq = self.processor.make_sequence(prompt, params or SamplingParams(), request_id, priority, on_output,
+                                           stream)
+        self._submit([seq])
+        return seq.request_id
+
+    def _submit(self, seqs: list[Sequence]) -> None:
+        with self._lock:
+            for seq in seqs:
+                if seq.request_id in self._seqs or any(p.request_id == seq.request_id for p in self._pending):
+                    raise InvalidRequestError(f"request id {seq.request_id!r} is already in use")
+            self._pending.extend(seqs)
+            self._work.notify_all()
+
+    def abort(self, request_id: str) -> None:
+        """Stops a request (no-op if it already finished); its blocks are freed on the next step."""
+        self._pending_aborts.append(request_id)
+        with self._lock:
+            self._work.notify_all()
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._pending or self._pending_aborts or self.scheduler.has_unfinished())
+
+    # ---- the step -------------------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        with self._lock:
+            outputs: list[RequestOutput] = []
+            self._admit_pending(outputs)
+            if self.speculator is not None:
+                self.speculator.plan(self.scheduler.running, self.scheduler.num_pending_prefill_tokens(),
+                                     self.max_model_len)
+            sched = self.scheduler.schedule()
+            if not sched.scheduled:
+                assert not self.scheduler.has_unfinished(), "requests are waiting but none can be scheduled"
+                return outputs
+            self.num_steps += 1
+            try:
+                sampled = self._execute(sched)
+            except Exception as exc:  # a failed step fails its own requests, never the engine
+                logger.exception("engine step failed")
+                for s in sched.scheduled:
+                    self._finish(s.seq, "error", outputs, error=f"{type(exc).__name__}: {exc}")
+                return outputs
+            self._update(sched, sampled, outputs)
+            return outputs
+
+    def _execute(self, sched: SchedulerOutput) -> dict[int, SamplerOutput]:
+        spec = self.speculator
+        if spec is None:
+            return self.runner.execute(sched.scheduled)
+        spec.propose(sched.scheduled)
+        start = time.perf_counter()
+        sampled = self.runner.execute(sched.scheduled)
+        spec.observe_target(sched.num_tokens, time.perf_counter() - start)
+        return sampled
+
+    def _update(self, sched: SchedulerOutput, sampled: dict[int, SamplerOutput], outputs: list[RequestOutput]
+                ) -> None:
+        for i, s in enumerate(sched.scheduled):
+            seq = s.seq
+            was_decoding = seq.num_output_tokens > 0 and s.num_new_tokens == 1 + s.num_spec_tokens
+            seq.num_computed_tokens += s.num_new_tokens
+            out = sampled.get(i)
+            if out is None:
+                continue
+            if self.speculator is not None and (out.num_draft_tokens or was_decoding):
+                self.speculator.verified(seq, out.num_draft_tokens, out.num_accepted)
+            for token, logprob in zip(out.token_ids, out.logprobs):
+                reason = self.output_processor.append_token(seq, token, logprob)
+                if reason is not None:
+                    self._finish(seq, reason, outputs)
+                    break
+                if seq.stream:
+                    self.output_processor.emit(seq, outputs)
+
+    def _admit_pending(self, outputs: list[RequestOutput]) -> None:
+        while self._pending:
+            seq = self._pending.popleft()
+            self._seqs[seq.request_id] = seq
+            self.scheduler.add(seq)
+        while self._pending_aborts:
+            seq = self._seqs.get(self._pending_aborts.popleft())
+            if seq is not None and not seq.is_finished:
+                self._finish(seq, "abort", outputs)
+
+    def _finish(self, seq: Sequence, reason: str, outputs: list[RequestOutput], error: str | None = None) -> None:
+        self.scheduler.finish(seq, reason, discard_cached=reason == "error")
+        self._seqs.pop(seq.request_id, None)
+        self.output_processor.finish(seq, outputs, error)
+
+    # ---- front ends -----------------------------------------------------------------------------------------
+
+    def generate(self, prompts: Prompt | Seq[Prompt], params: SamplingParams | Seq[SamplingParams] | None = None,
+                 priority: int = 0) -> list[RequestOutput]:
+        """Runs the prompts to completion and returns one finished output per prompt, in order."""
+        results: dict[str, RequestOutput] = {}
+        done = threading.Event()
+
+        def collect(out: RequestOutput) -> None:
+            if out.finished:
+                results[out.request_id] = out
+                if len(results) == len(seqs):
+                    done.set()
+
+        seqs = self.processor.make_batch(prompts, params, priority, collect)
+        if not seqs:
+            return []
+        self._submit(seqs)
+        while not done.is_set():
+            if self._loop_thread is not None and self._loop_thread.is_alive():
+                done.wait(0.1)
+            else:
+                self.step()
+        errors = [r for r in results.values() if r.finish_reason == "error"]
+        if errors:
+            raise RuntimeError(f"generation failed: {errors[0].error}")
+        return [results[s.request_id] for s in seqs]
+
+    async def stream(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                     priority: int = 0) -> AsyncIterator[RequestOutput]:
+        """Yields an output per generated token (delta_text / new_token_ids), the last one with finished=True.
+        Closing the iterator early aborts the request."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        seq = self.processor.make_sequence(prompt, params or SamplingParams(), request_id, priority,
+                                           lambda out: loop.call_soon_threadsafe(queue.put_nowait, out), True)
+        self._submit([seq])
+        self._ensure_loop_thread()
+        finished = False
+        try:
+            while not finished:
+                out = await queue.get()
+                finished = out.finished
+                if out.finish_reason == "error":
+                    raise RuntimeError(f"generation failed: {out.error}")
+                yield out
+        finally:
+            if not finished:
+                self.abort(seq.request_id)
+
+    def _ensure_loop_thread(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the engine is closed")
+            if self._loop_thread is None or not self._loop_thread.is_alive():
+                self._loop_thread = threading.Thread(target=self._run_loop, name="tiers-engine", daemon=True)
+                self._loop_thread.start()
+
+    def _run_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not self.has_unfinished_requests():
+                    self._work.wait()
+                if self._closed:
+                    return
+            try:
+                self.step()
+            except Exception as exc:  # a bug outside the model step: fail everyone rather than hang the streams
+                logger.exception("engine loop failed")
+                self._fail_all(f"{type(exc).__name__}: {exc}")
+
+    def _fail_all(self, error: str) -> None:
+        with self._lock:
+            self._admit_pending([])
+            for seq in list(self._seqs.values()):
+                if not seq.is_finished:
+                    self._finish(seq, "error", [], error=error)
+
+    def close(self) -> None:
+        """Stops the background loop; unfinished requests are aborted."""
+        with self._lock:
+            self._closed = True
+            self._work.notify_all()
+            for request_id in list(self._seqs):
+                self._pending_aborts.append(request_id)
+            self._admit_pending([])
+        if self._loop_thread is not None:
+            self._loop_thread.join(timeout=10)
+
+    @property
+    def is_healthy(self) -> bool:
+        """False once closed."""
+        return not self._closed
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        used = bm.num_blocks - bm.num_free_blocks
+        return EngineStats(num_blocks=bm.num_blocks, num_free_blocks=bm.num_free_blocks, num_used_blocks=used,
+                           kv_cache_usage=used / bm.num_blocks, num_running=len(self.scheduler.running),
+                           num_waiting=len(self.scheduler.waiting) + len(self._pending),
+                           prefix_cache_hit_rate=bm.prefix_hit_rate, num_preemptions=self.scheduler.num_preemptions,
+                           num_steps=self.num_steps,
+                           speculative=self.speculator.stats() if self.speculator is not None else None)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        return self.processor.apply_chat_template(messages, add_generation_prompt)
+
+
+def _draft_model(config: EngineConfig, draft: str | Path | Engine | None, target: DraftTarget
+                 ) -> tuple[LlamaForCausalLM, ModelConfig] | None:
+    """The draft's model and config with config.speculative == "draft", else None."""
+    if config.speculative != "draft":
+        if draft is not None:
+            raise ValueError(f"a draft model was given, but speculative={config.speculative!r}: "
+                             "use speculative='draft'")
+        return None
+    if draft is None:
+        raise ValueError("speculative='draft' needs a draft model: draft=<checkpoint folder or Engine>")
+    if isinstance(draft, Engine):
+        return share_draft_model(draft.path, draft.runner, draft.model_config, draft.tokenizer, target)
+    return load_draft_model(Path(draft), target)
+
+
+def _speculator(config: EngineConfig, draft_model: tuple[LlamaForCausalLM, ModelConfig] | None,
+                runner: ModelRunner, max_model_len: int) -> Speculator | None:
+    if config.speculative is None:
+        return None
+    draft_runner = DraftRunner(*draft_model, runner, max_model_len + 1) if draft_model else None
+    return Speculator(config, draft_runner)
