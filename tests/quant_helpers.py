@@ -1,0 +1,128 @@
+"""Shared by test_gguf.py and test_quantization.py: tiny GGUF files and a one-prompt forward of our model."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tiers.attention.metadata import AttentionMetadata, PrefillChunk
+
+
+def prefill_logits(model, token_ids: list[int], block_size: int = 16) -> torch.Tensor:
+    """Logits of every position of one prompt through our LlamaForCausalLM (one prefill, a private KV cache)."""
+    c = model.config
+    n = len(token_ids)
+    num_blocks = -(-n // block_size)
+    dtype = model.embed_tokens.weight.dtype
+    for layer in model.layers:
+        shape = (num_blocks, block_size, c.num_kv_heads, c.head_dim)
+        layer.self_attn.attn.bind_cache(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype), False)
+    if model.rotary is None:
+        model.build_rotary(max(n, 64), torch.device("cpu"))
+    block_table = torch.arange(num_blocks)
+    meta = AttentionMetadata(
+        slot_mapping=torch.arange(n), block_tables=block_table.view(1, -1).int(), seq_lens=torch.tensor([n]).int(),
+        query_start_loc=torch.tensor([0, n]).int(), max_query_len=n,
+        prefills=[PrefillChunk(start=0, end=n, seq_len=n, block_table=block_table, mask=None)])
+    with torch.no_grad():
+        hidden = model(torch.tensor(token_ids), torch.arange(n), meta)
+        return model.compute_logits(hidden)
+
+
+BYTE_TOKENS = None
+
+
+def tiny_vocab() -> tuple[list[str], list[str], list[int]]:
+    """A byte-level BPE vocabulary: three specials, the 256 byte symbols, and a few merges."""
+    from tiers.models.gguf.tokenizer import bytes_to_unicode
+
+    symbols = list(bytes_to_unicode().values())
+    merges = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r"]
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + symbols + [m.replace(" ", "") for m in merges]
+    types = [3, 3, 3] + [1] * (len(tokens) - 3)
+    return tokens, merges, types
+
+
+def permute_like_llama_cpp(w: np.ndarray, n_head: int) -> np.ndarray:
+    """convert_hf_to_gguf.py's permute, verbatim in numpy."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(path, *, arch: str = "llama", proj_type: str = "Q4_1", embed_type: str = "Q8_0", hidden: int = 64,
+               heads: int = 4, kv_heads: int = 2, ffn: int = 128, layers: int = 2, tied: bool = True,
+               tokenizer: bool = True, seed: int = 0, extra_tensors: dict | None = None,
+               scale: float = 0.2) -> dict[str, np.ndarray]:
+    """Writes a random llama-family GGUF as llama.cpp would (q/k rows permuted for llama); returns the original
+    float weights under Hugging Face names (before quantization and permutation)."""
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+
+    rng = np.random.default_rng(seed)
+    tokens, merges, types = tiny_vocab()
+    vocab = len(tokens) + (32 - len(tokens) % 32) % 32  # padded like real vocabularies
+    tokens = tokens + [f"<pad{i}>" for i in range(vocab - len(tokens))]
+    types = types + [4] * (vocab - len(types))
+    head_dim = hidden // heads
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(layers)
+    w.add_context_length(512)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(50000.0)
+    w.add_rope_dimension_count(head_dim)
+    if tokenizer:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("smollm")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    originals: dict[str, np.ndarray] = {}
+
+    def add(gguf_name: str, hf_name: str, shape: tuple[int, ...], kind: str, permute_heads: int | None = None,
+            norm: bool = False):
+        x = (1 + 0.1 * rng.standard_normal(shape) if norm else scale * rng.standard_normal(shape)).astype(np.float32)
+        originals[hf_name] = x
+        stored = permute_like_llama_cpp(x, permute_heads) if permute_heads else x
+        qtype = Q[kind]
+        if qtype == Q.F32:
+            w.add_tensor(gguf_name, stored)
+        elif qtype == Q.F16:
+            w.add_tensor(gguf_name, stored.astype(np.float16))
+        else:
+            w.add_tensor(gguf_name, gguf.quants.quantize(stored, qtype), raw_dtype=qtype)
+
+    permute = arch in ("llama", "mistral")
+    add("token_embd.weight", "model.embed_tokens.weight", (vocab, hidden), embed_type)
+    for i in range(layers):
+        p, h = f"blk.{i}", f"model.layers.{i}"
+        add(f"{p}.attn_norm.weight", f"{h}.input_layernorm.weight", (hidden,), "F32", norm=True)
+        add(f"{p}.ffn_norm.weight", f"{h}.post_attention_layernorm.weight", (hidden,), "F32", norm=True)
+        add(f"{p}.attn_q.weight", f"{h}.self_attn.q_proj.weight", (heads * head_dim, hidden), proj_type,
+            heads if permute else None)
+        add(f"{p}.attn_k.weight", f"{h}.self_attn.k_proj.weight", (kv_heads * head_dim, hidden), proj_type,
+            kv_heads if permute else None)
+        add(f"{p}.attn_v.weight", f"{h}.self_attn.v_proj.weight", (kv_heads * head_dim, hidden), proj_type)
+        if arch == "qwen2":
+            add(f"{p}.attn_q.bias", f"{h}.self_attn.q_proj.bias", (heads * head_dim,), "F32")
+            add(f"{p}.attn_k.bias", f"{h}.self_attn.k_proj.bias", (kv_heads * head_dim,), "F32")
+            add(f"{p}.attn_v.bias", f"{h}.self_attn.v_proj.bias", (kv_heads * head_dim,), "F32")
+        add(f"{p}.attn_output.weight", f"{h}.self_attn.o_proj.weight", (hidden, heads * head_dim), proj_type)
+        add(f"{p}.ffn_gate.weight", f"{h}.mlp.gate_proj.weight", (ffn, hidden), proj_type)
+        add(f"{p}.ffn_up.weight", f"{h}.mlp.up_proj.weight", (ffn, hidden), proj_type)
+        add(f"{p}.ffn_down.weight", f"{h}.mlp.down_proj.weight", (hidden, ffn), proj_type)
+    add("output_norm.weight", "model.norm.weight", (hidden,), "F32", norm=True)
+    if not tied:
+        add("output.weight", "lm_head.weight", (vocab, hidden), embed_type)
+    for name, array in (extra_tensors or {}).items():
+        w.add_tensor(name, array)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return originals

@@ -1,0 +1,168 @@
+"""Weight-only INT4/INT8: RTN quantizers, QuantizedLinear's kernels against a dequantized reference, lossless
+Q4_0/Q4_1 and AutoAWQ conversion, quantize_model."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tiers.quantization import (Int4Weight, QuantizationError, QuantizedLinear, awq_gemm_to_int4, quantize_int4,
+                                quantize_int8, quantize_model)
+from tiers.quantization.awq import AWQ_ORDER
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SHAPES = [(64, 256), (48, 96), (1536, 576), (40, 128)]  # (out, in); 40 rows: no CPU int4 kernel (N % 16)
+
+
+def _bf16_close(y: torch.Tensor, ref: torch.Tensor, k: int) -> bool:
+    # bf16 keeps 8 bits: each product and the activation cast lose ~2^-9 relative; the sum grows like sqrt(k)
+    return bool(((y.float() - ref).abs() <= 2 ** -7 * ref.abs() + 2 ** -8 * k ** 0.5 * ref.abs().mean() + 1e-3).all())
+
+
+@pytest.mark.parametrize("out_features,in_features", SHAPES)
+@pytest.mark.parametrize("mode,group", [("int4", 32), ("int4", 128), ("int8", None)])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16])
+def test_quantized_linear_matches_dequantized_matmul(out_features, in_features, mode, group, x_dtype):
+    if group and in_features % group:
+        pytest.skip("in_features not a multiple of the group")
+    torch.manual_seed(out_features + in_features)
+    w = torch.randn(out_features, in_features) * 0.05
+    qw = quantize_int4(w, group) if mode == "int4" else quantize_int8(w)
+    bias = torch.randn(out_features)
+    layer = QuantizedLinear(qw, bias)
+    expected_kernel = {"int4": "cpu_int4pack" if out_features % 16 == 0 else "dequant", "int8": "cpu_int8pack"}[mode]
+    assert layer.kernel == expected_kernel
+    ref_w = qw.dequantize()
+    for rows in (1, 7, 33):
+        x = torch.randn(2, rows, in_features).to(x_dtype)
+        y = layer(x)
+        assert y.dtype == x_dtype and y.shape == (2, rows, out_features)
+        ref = x.float() @ ref_w.t() + bias
+        assert _bf16_close(y, ref, in_features), (y.float() - ref).abs().max()
+    fallback = QuantizedLinear(qw, bias, kernel="dequant")
+    x = torch.randn(5, in_features)
+    assert torch.allclose(fallback(x), x @ ref_w.t() + bias, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_int4_rtn_error_within_half_a_step(group):
+    w = torch.randn(32, 256)
+    q = quantize_int4(w, group)
+    err = (q.dequantize() - w).abs().view(32, -1, group)
+    assert (err <= q.scales.unsqueeze(-1) / 2 * (1 + 1e-5) + 1e-7).all()
+    assert q.nbytes == 32 * 128 + 2 * 4 * 32 * (256 // group)
+
+
+def test_int8_rtn_error_within_half_a_step():
+    w = torch.randn(32, 100)
+    q = quantize_int8(w)
+    assert ((q.dequantize() - w).abs() <= q.scales.unsqueeze(-1) / 2 * (1 + 1e-5)).all()
+
+
+def test_bad_group_sizes_are_clear_errors():
+    with pytest.raises(QuantizationError, match="not a multiple of the group size"):
+        quantize_int4(torch.randn(16, 96), 64)
+    q = quantize_int4(torch.randn(16, 64), 16)  # a group the CPU kernel does not take: the fallback runs it
+    layer = QuantizedLinear(q)
+    assert layer.kernel == "dequant" and layer(torch.randn(3, 64)).shape == (3, 16)
+    with pytest.raises(QuantizationError, match="expects 64"):
+        layer(torch.randn(3, 32))
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1"])
+def test_q4_blocks_to_int4_are_lossless(kind):
+    gguf = pytest.importorskip("gguf")
+    from tiers.models.gguf.reader import q4_to_int4
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((48, 160)) * 0.1 + rng.standard_normal((48, 1))).astype(np.float32)
+    qtype = gguf.GGMLQuantizationType[kind]
+    blocks = gguf.quants.quantize(w, qtype)
+    tensor = SimpleNamespace(name="t", tensor_type=qtype, shape=np.array([160, 48]), data=blocks)
+    int4 = q4_to_int4(tensor)
+    reference = torch.from_numpy(gguf.quants.dequantize(blocks, qtype).copy())
+    assert int4.group_size == 32 and torch.equal(int4.dequantize(), reference)
+    layer = QuantizedLinear(int4)
+    assert layer.kernel == "cpu_int4pack"
+    x = torch.randn(4, 160)
+    assert _bf16_close(layer(x), x @ reference.t(), 160)
+
+
+def _pack_awq(values: torch.Tensor) -> torch.Tensor:
+    """uint [R, C] in 0..15 -> int32 [R, C / 8] the way AutoAWQ's GEMM packer writes them."""
+    rows, cols = values.shape
+    packed = torch.zeros(rows, cols // 8, dtype=torch.int64)
+    for word in range(cols // 8):
+        for nibble, col in enumerate(AWQ_ORDER):
+            packed[:, word] |= values[:, 8 * word + col].long() << (4 * nibble)
+    return packed.to(torch.int32) if packed.max() < 2 ** 31 else (packed - (packed >= 2 ** 31).long() * 2 ** 32).to(
+        torch.int32)
+
+
+@pytest.mark.parametrize("group", [32, 128])
+def test_awq_gemm_unpacks_to_the_reference(group):
+    torch.manual_seed(1)
+    in_f, out_f = 256, 64
+    q = torch.randint(0, 16, (in_f, out_f))
+    z = torch.randint(0, 16, (in_f // group, out_f))
+    s = (torch.rand(in_f // group, out_f) * 0.02 + 0.001).half()
+    reference = ((q - z.repeat_interleave(group, 0)).float() * s.float().repeat_interleave(group, 0)).t()  # [out, in]
+    int4 = awq_gemm_to_int4(_pack_awq(q), _pack_awq(z), s, group)
+    assert int4.shape == (out_f, in_f) and torch.equal(int4.dequantize(), reference)
+    x = torch.randn(3, in_f)
+    assert _bf16_close(QuantizedLinear(int4)(x), x @ reference.t(), in_f)
+    with pytest.raises(QuantizationError, match="shapes do not agree"):
+        awq_gemm_to_int4(_pack_awq(q), _pack_awq(z)[:1], s, group)
+
+
+def _tiny_model(tied: bool = True):
+    from tiers.models.config import ModelConfig
+
+    config = ModelConfig.from_dict({
+        "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": tied})
+    from tiers.models.llama import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    for p in model.parameters():
+        nn.init.normal_(p, std=0.15) if p.dim() > 1 else nn.init.ones_(p)
+    return model.eval()
+
+
+@pytest.mark.parametrize("mode", ["int4", "int8"])
+def test_quantize_model_swaps_projections_only(mode):
+    from quant_helpers import prefill_logits
+
+    import copy
+
+    model = _tiny_model()
+    # The reference: the same model with each projection's weight replaced by its dequantized RTN weight.
+    reference = copy.deepcopy(model)
+    for name, module in reference.named_modules():
+        if name.rpartition(".")[2] in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+            q = quantize_int4(module.weight, 32) if mode == "int4" else quantize_int8(module.weight)
+            module.weight.data.copy_(q.dequantize())
+    ids = [3, 17, 42, 5, 88, 1]
+    report = quantize_model(model, mode, group_size=32)
+    assert sorted(report) == sorted(f"layers.{i}.{m}" for i in range(2) for m in (
+        "self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"))
+    assert set(report.values()) == {f"cpu_{mode}pack"}
+    assert isinstance(model.layers[1].mlp.gate_up_proj, QuantizedLinear)
+    assert type(model.lm_head) is nn.Linear and model.lm_head.weight is model.embed_tokens.weight
+    expected, got = prefill_logits(reference, ids), prefill_logits(model, ids)
+    assert (got - expected).abs().max() <= 0.03 * expected.abs().max()  # bf16 activations inside the kernels
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+
+
+def test_quantize_model_skips_layers_the_group_does_not_divide():
+    model = _tiny_model()
+    report = quantize_model(model, "int4", group_size=256)
+    assert all(v.startswith("skipped") for v in report.values())
+    assert type(model.layers[0].self_attn.qkv_proj) is nn.Linear
+    with pytest.raises(QuantizationError, match="unknown quantization mode"):
+        quantize_model(model, "int3")

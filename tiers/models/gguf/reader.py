@@ -1,0 +1,306 @@
+"""A GGUF file (llama.cpp's format) as what the engine needs: our ModelConfig and our parameters.
+
+Tensors map onto tiers.models.llama's names, fused like the safetensors loader fuses them (q/k/v -> qkv_proj,
+gate/up -> gate_up_proj). llama.cpp stores the rows of q and k permuted for its rotary layout (llama and mistral
+files; qwen2 files are not permuted): we undo that by moving whole rows, so quantized blocks stay intact. Every
+tensor type the gguf package can dequantize loads as float; Q4_0 / Q4_1 projections can instead stay 4-bit
+(group 32, exact: see Int4Weight) for QuantizedLinear.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tiers.models.config import ModelConfig, RopeConfig, UnsupportedModelError
+from tiers.models.rotary import inverse_frequencies
+from tiers.quantization.int4 import Int4Weight, pack_nibbles
+
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+PERMUTED_ARCHITECTURES = ("llama", "mistral")  # convert_hf_to_gguf.py permutes q/k rows for these
+# Large arrays are read on demand (tokenizer.py), not into the metadata dict.
+BULK_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
+
+_GLOBAL_NAMES = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm_head"}
+# GGUF block tensor -> (our module under layers.N, shard of a fused parameter or None)
+_BLOCK_NAMES = {
+    "attn_norm": ("input_layernorm", None), "ffn_norm": ("post_attention_layernorm", None),
+    "attn_q": ("self_attn.qkv_proj", 0), "attn_k": ("self_attn.qkv_proj", 1), "attn_v": ("self_attn.qkv_proj", 2),
+    "attn_output": ("self_attn.o_proj", None),
+    "ffn_gate": ("mlp.gate_up_proj", 0), "ffn_up": ("mlp.gate_up_proj", 1), "ffn_down": ("mlp.down_proj", None),
+}
+_FUSED_SHARDS = {"self_attn.qkv_proj": 3, "mlp.gate_up_proj": 2}
+_INT4_TYPES = ("Q4_0", "Q4_1")
+_IGNORED_TENSORS = ("rope_freqs.weight",)  # llama3 rope scaling, read into the config
+
+
+class GGUFError(UnsupportedModelError):
+    """A GGUF file this engine cannot load; the message names the file and the problem."""
+
+
+@dataclass
+class GGUFCheckpoint:
+    path: Path
+    config: ModelConfig
+    # our parameter name (as in LlamaForCausalLM.named_parameters) -> float tensor, or Int4Weight for a projection
+    # kept 4-bit
+    weights: dict[str, torch.Tensor | Int4Weight]
+    tokenizer: Any  # a transformers PreTrainedTokenizerFast, or None when not asked for
+    chat_template: str | None
+    metadata: dict[str, Any] = field(repr=False)
+    tensor_types: dict[str, str] = field(default_factory=dict, repr=False)  # GGUF name -> type name
+
+
+def open_gguf(path: str | Path):
+    """gguf.GGUFReader over the file, after checking that every tensor's data lies inside it."""
+    from gguf import GGUFReader
+
+    path = Path(path)
+    if not path.is_file():
+        raise GGUFError(f"no GGUF file at {path}")
+    try:
+        reader = GGUFReader(path, "r")
+    except Exception as e:  # the reader raises ValueError, IndexError, struct errors... on a bad header
+        raise GGUFError(f"{path} is not a readable GGUF file (truncated or corrupt?): {type(e).__name__}: {e}") from e
+    size = path.stat().st_size
+    for t in reader.tensors:
+        end = int(t.data_offset) + int(t.n_bytes)
+        if end > size or t.data.size * t.data.itemsize != int(t.n_bytes):
+            raise GGUFError(f"{path} is truncated: tensor {t.name!r} needs bytes up to {end}, the file has {size}")
+    return reader
+
+
+def read_metadata(reader) -> dict[str, Any]:
+    """Every key-value pair except the tokenizer's large arrays (see BULK_KEYS)."""
+    metadata: dict[str, Any] = {}
+    for key, f in reader.fields.items():
+        if key in BULK_KEYS:
+            continue
+        try:
+            metadata[key] = f.contents()
+        except Exception as e:
+            raise GGUFError(f"unreadable metadata value {key!r}: {type(e).__name__}: {e}") from e
+    return metadata
+
+
+def string_array(reader, key: str) -> list[str] | None:
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    return [bytes(f.parts[i]).decode("utf-8", errors="replace") for i in f.data]
+
+
+def number_array(reader, key: str) -> list | None:
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    return np.concatenate([f.parts[i] for i in f.data]).tolist() if len(f.data) else []
+
+
+def architecture_of(metadata: dict[str, Any], path: Path | str = "") -> str:
+    arch = metadata.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise GGUFError(f"{path}: unsupported GGUF architecture {arch!r}; supported: "
+                        f"{', '.join(sorted(ARCHITECTURES))}")
+    return arch
+
+
+def config_from_gguf(metadata: dict[str, Any], tensors: dict[str, Any], path: Path | str = "") -> ModelConfig:
+    """Our ModelConfig from the file's metadata; `tensors` maps GGUF tensor names to reader tensors (their
+    presence decides tied embeddings and biases; rope_freqs.weight decides llama3 rope scaling)."""
+    arch = architecture_of(metadata, path)
+
+    def get(key: str, default: Any = ...) -> Any:
+        value = metadata.get(f"{arch}.{key}", default)
+        if value is ...:
+            raise GGUFError(f"{path}: metadata key {arch}.{key} is missing")
+        return value
+
+    num_heads = int(get("attention.head_count"))
+    num_kv_heads = get("attention.head_count_kv", num_heads)
+    if isinstance(num_kv_heads, list):  # per-layer counts: fine when they agree
+        if len(set(num_kv_heads)) != 1:
+            raise GGUFError(f"{path}: per-layer KV head counts {sorted(set(num_kv_heads))} are not supported")
+        num_kv_heads = num_kv_heads[0]
+    hidden = int(get("embedding_length"))
+    head_dim = int(get("attention.key_length", hidden // num_heads))
+    rope_dim = int(get("rope.dimension_count", head_dim))
+    if rope_dim != head_dim:
+        raise GGUFError(f"{path}: partial rotary embeddings (rope.dimension_count {rope_dim} < head_dim "
+                        f"{head_dim}) are not supported")
+    if "token_embd.weight" not in tensors:
+        raise GGUFError(f"{path}: no token_embd.weight tensor")
+    vocab_size = int(tensors["token_embd.weight"].shape[-1])  # GGUF shapes are [in, out]: [hidden, vocab]
+    theta = float(get("rope.freq_base", 10000.0))
+    context = int(get("context_length", 2048))
+    raw: dict[str, Any] = {
+        "architectures": [ARCHITECTURES[arch]], "model_type": arch, "hidden_act": "silu",
+        "vocab_size": vocab_size, "hidden_size": hidden, "intermediate_size": int(get("feed_forward_length")),
+        "num_hidden_layers": int(get("block_count")), "num_attention_heads": num_heads,
+        "num_key_value_heads": int(num_kv_heads), "head_dim": head_dim,
+        "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+        "max_position_embeddings": context, "rope_theta": theta,
+        "tie_word_embeddings": "output.weight" not in tensors,
+        "attention_bias": arch != "qwen2" and "blk.0.attn_q.bias" in tensors,
+        "mlp_bias": "blk.0.ffn_gate.bias" in tensors,
+    }
+    scaling = _rope_scaling(metadata, arch, tensors, theta, head_dim, path)
+    if scaling:
+        raw["rope_scaling"] = scaling
+    eos = [metadata.get(f"tokenizer.ggml.{k}") for k in ("eos_token_id", "eot_token_id", "eom_token_id")]
+    eos = list(dict.fromkeys(int(e) for e in eos if e is not None))
+    if eos:
+        raw["eos_token_id"] = eos[0] if len(eos) == 1 else eos
+    if metadata.get("tokenizer.ggml.bos_token_id") is not None:
+        raw["bos_token_id"] = int(metadata["tokenizer.ggml.bos_token_id"])
+    try:
+        return ModelConfig.from_dict(raw)
+    except UnsupportedModelError as e:
+        raise GGUFError(f"{path}: {e}") from e
+
+
+def _rope_scaling(metadata: dict[str, Any], arch: str, tensors: dict[str, Any], theta: float, head_dim: int,
+                  path: Path | str) -> dict[str, Any] | None:
+    kind = metadata.get(f"{arch}.rope.scaling.type")
+    factor = metadata.get(f"{arch}.rope.scaling.factor")
+    if kind == "linear" and factor:
+        return {"rope_type": "linear", "factor": float(factor)}
+    if kind not in (None, "none", "linear"):
+        raise GGUFError(f"{path}: unsupported rope scaling {kind!r}")
+    if "rope_freqs.weight" not in tensors:
+        return None
+    # Llama 3.x: llama.cpp stores the per-frequency divisors instead of the parameters; find the llama3
+    # parameters that give them (the published models use factor 8 or 32, low 1, high 4, original 8192).
+    divisors = torch.from_numpy(_dequantize(tensors["rope_freqs.weight"], path).copy()).flatten()
+    original = int(metadata.get(f"{arch}.rope.scaling.original_context_length", 8192))
+    base = inverse_frequencies(RopeConfig(theta=theta), head_dim)
+    for f in ([float(factor)] if factor else []) + [8.0, 16.0, 32.0, 4.0, 2.0]:
+        rope = RopeConfig(theta=theta, rope_type="llama3", factor=f, low_freq_factor=1.0, high_freq_factor=4.0,
+                          original_max_position_embeddings=original)
+        if divisors.shape == base.shape and torch.allclose(base / divisors, inverse_frequencies(rope, head_dim),
+                                                           rtol=1e-3):
+            return {"rope_type": "llama3", "factor": f, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": original}
+    raise GGUFError(f"{path}: rope_freqs.weight matches no llama3 rope scaling this engine knows")
+
+
+def _dequantize(t, path: Path | str = "") -> np.ndarray:
+    from gguf.quants import dequantize
+
+    try:
+        return dequantize(t.data, t.tensor_type)
+    except NotImplementedError as e:
+        raise GGUFError(f"{path}: tensor {t.name!r} has type {t.tensor_type.name}, which the installed gguf "
+                        f"package cannot dequantize") from e
+
+
+def unpermute_index(rows: int, num_heads: int) -> torch.Tensor:
+    """Row order that undoes llama.cpp's q/k permute: ours = gguf[index]. (llama.cpp reshapes each head's rows as
+    (2, head_dim/2) and swaps the two axes; the inverse reshapes them as (head_dim/2, 2) and swaps back.)"""
+    if rows % (2 * num_heads):
+        raise GGUFError(f"{rows} rows do not split into {num_heads} heads of an even size")
+    return torch.arange(rows).view(num_heads, rows // num_heads // 2, 2).transpose(1, 2).reshape(-1)
+
+
+def permute_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """llama.cpp's permute (convert_hf_to_gguf.py), for tests and writers: gguf = permute_rows(ours)."""
+    rows = weight.shape[0]
+    return weight.reshape(num_heads, 2, rows // num_heads // 2, *weight.shape[1:]).transpose(1, 2).reshape(
+        weight.shape)
+
+
+def q4_to_int4(t, path: Path | str = "") -> Int4Weight:
+    """A Q4_0 / Q4_1 tensor as an Int4Weight (group 32), without loss. Blocks: Q4_0 = f16 d, 16 bytes of nibbles
+    (value (q - 8) * d); Q4_1 = f16 d, f16 m, 16 bytes (value q * d + m). Byte j of a block holds element j in its
+    low nibble and element j + 16 in its high nibble."""
+    kind = t.tensor_type.name
+    rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
+    blocks = np.ascontiguousarray(t.data).reshape(rows, -1, 18 if kind == "Q4_0" else 20)
+    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)).squeeze(-1).float()
+    if kind == "Q4_0":
+        m, qs = -8 * d, blocks[..., 2:18]
+    elif kind == "Q4_1":
+        m, qs = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16)).squeeze(-1).float(), blocks[..., 4:20]
+    else:
+        raise GGUFError(f"{path}: tensor {t.name!r} is {kind}, not Q4_0/Q4_1")
+    qs = torch.from_numpy(qs.copy())
+    codes = torch.cat((qs & 0x0F, qs >> 4), dim=-1).reshape(rows, -1)  # [N, K], element order of the block
+    return Int4Weight(pack_nibbles(codes), d.contiguous(), m.contiguous(), 32)
+
+
+def _parse_name(name: str) -> tuple[str, int | None]:
+    """GGUF tensor name -> (our parameter name, shard of a fused parameter or None)."""
+    base, _, kind = name.rpartition(".")
+    if base in _GLOBAL_NAMES and kind == "weight":
+        return f"{_GLOBAL_NAMES[base]}.weight", None
+    match = re.fullmatch(r"blk\.(\d+)\.(\w+)", base)
+    if match and match.group(2) in _BLOCK_NAMES and kind in ("weight", "bias"):
+        module, shard = _BLOCK_NAMES[match.group(2)]
+        return f"layers.{match.group(1)}.{module}.{kind}", shard
+    raise GGUFError(f"unexpected tensor {name!r}: it has no place in a llama-family model as this engine "
+                    "implements it")
+
+
+def load_weights(reader, config: ModelConfig, keep_int4: bool = True, dtype: torch.dtype = torch.float32,
+                 path: Path | str = "") -> dict[str, torch.Tensor | Int4Weight]:
+    """Our parameters from the file's tensors. Projections stored as Q4_0/Q4_1 stay Int4Weight when keep_int4
+    (a fused parameter only when all its shards do); everything else is dequantized to `dtype`."""
+    arch = architecture_of({"general.architecture": _arch_name(config)}, path)
+    shards: dict[str, dict[int, tuple[Any, str]]] = {}
+    weights: dict[str, torch.Tensor | Int4Weight] = {}
+    for t in reader.tensors:
+        if t.name in _IGNORED_TENSORS:
+            continue
+        ours, shard = _parse_name(t.name)
+        value: torch.Tensor | Int4Weight
+        is_projection = ours.endswith("_proj.weight")
+        if keep_int4 and is_projection and t.tensor_type.name in _INT4_TYPES:
+            value = q4_to_int4(t, path)
+        else:
+            array = _dequantize(t, path)
+            value = torch.from_numpy(np.array(array, dtype=np.float32, copy=True))
+            value = value.reshape([int(s) for s in reversed(t.shape)]) if len(t.shape) > 1 else value.flatten()
+        if arch in PERMUTED_ARCHITECTURES and shard in (0, 1) and ".qkv_proj." in ours:
+            heads = config.num_heads if shard == 0 else config.num_kv_heads
+            index = unpermute_index(value.shape[0], heads)
+            value = value.select_rows(index) if isinstance(value, Int4Weight) else value[index]
+        if shard is None:
+            weights[ours] = value if isinstance(value, Int4Weight) else value.to(dtype)
+        else:
+            shards.setdefault(ours, {})[shard] = value
+    for ours, parts in shards.items():
+        module = ours.split(".", 2)[2].rpartition(".")[0]
+        expected = _FUSED_SHARDS[module]
+        if sorted(parts) != list(range(expected)):
+            raise GGUFError(f"{path}: {ours} is missing parts (has shards {sorted(parts)} of {expected})")
+        ordered = [parts[i] for i in range(expected)]
+        if all(isinstance(p, Int4Weight) for p in ordered):
+            weights[ours] = Int4Weight.cat(ordered)
+        else:
+            weights[ours] = torch.cat([p.dequantize() if isinstance(p, Int4Weight) else p for p in ordered]).to(dtype)
+    return weights
+
+
+def _arch_name(config: ModelConfig) -> str:
+    return {v: k for k, v in ARCHITECTURES.items()}[config.architecture]
+
+
+def load_gguf(path: str | Path, *, keep_int4: bool = True, dtype: torch.dtype = torch.float32,
+              with_tokenizer: bool = True) -> GGUFCheckpoint:
+    """The one entry point: a GGUF file -> (config, weights under our names, tokenizer, chat template)."""
+    from tiers.models.gguf.tokenizer import build_tokenizer
+
+    path = Path(path)
+    reader = open_gguf(path)
+    metadata = read_metadata(reader)
+    tensors = {t.name: t for t in reader.tensors}
+    config = config_from_gguf(metadata, tensors, path)
+    tokenizer = build_tokenizer(reader, metadata, path) if with_tokenizer else None
+    weights = load_weights(reader, config, keep_int4, dtype, path)
+    return GGUFCheckpoint(path=path, config=config, weights=weights, tokenizer=tokenizer,
+                          chat_template=metadata.get("tokenizer.chat_template"), metadata=metadata,
+                          tensor_types={t.name: t.tensor_type.name for t in reader.tensors})

@@ -1,0 +1,166 @@
+"""QuantizedLinear: a drop-in for nn.Linear holding 4-bit or 8-bit weights, and quantize_model, which swaps a
+model's projection layers for it.
+
+The kernel is chosen once, when the layer is built on its device:
+- int4 on CPU: torch's `_weight_int4pack_mm_for_cpu` (bf16 activations; needs out_features % 16 == 0 and a group
+  size of 32/64/128/256);
+- int8 on CPU: torch's `_weight_int8pack_mm` (bf16 activations: float32 activations take a path ~10x slower);
+- anything else (CUDA, odd shapes, a torch without the op): dequantize the weight and matmul ("dequant").
+Callers pass and get back their own dtype (float32 or bf16): the kernels' bf16 cast happens inside.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tiers.quantization.int4 import Int4Weight, QuantizationError, quantize_int4
+from tiers.quantization.int8 import Int8Weight, quantize_int8
+
+INT4_CPU_GROUP_SIZES = (32, 64, 128, 256)
+# The projections of tiers.models.llama (and their unfused Hugging Face names). lm_head / embed_tokens stay as is.
+PROJECTION_NAMES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj",
+                    "q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+
+
+def _int4_cpu_kernel_ok(weight: Int4Weight) -> bool:
+    n, k = weight.shape
+    return (hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
+            and hasattr(torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
+            and n % 16 == 0 and k % 2 == 0 and weight.group_size in INT4_CPU_GROUP_SIZES)
+
+
+def _int8_cpu_kernel_ok(weight: Int8Weight) -> bool:
+    return hasattr(torch.ops.aten, "_weight_int8pack_mm")
+
+
+class QuantizedLinear(nn.Module):
+    def __init__(self, weight: Int4Weight | Int8Weight, bias: torch.Tensor | None = None,
+                 device: torch.device | str | None = None, kernel: str | None = None) -> None:
+        """kernel: None picks the best one for the device; "dequant" forces the portable fallback."""
+        super().__init__()
+        if not isinstance(weight, (Int4Weight, Int8Weight)):
+            raise QuantizationError(f"QuantizedLinear takes an Int4Weight or Int8Weight, got {type(weight).__name__}")
+        device = torch.device(device) if device is not None else (
+            weight.packed.device if isinstance(weight, Int4Weight) else weight.qweight.device)
+        self.out_features, self.in_features = weight.shape
+        self.mode = "int4" if isinstance(weight, Int4Weight) else "int8"
+        self.group_size = weight.group_size if isinstance(weight, Int4Weight) else None
+        if kernel is None:
+            kernel = self._pick_kernel(weight, device)
+        elif kernel not in ("dequant", "cpu_int4pack", "cpu_int8pack"):
+            raise QuantizationError(f"unknown kernel {kernel!r}")
+        self.kernel = kernel
+        self.device = device
+        if kernel == "cpu_int4pack":
+            codes = weight.codes().to(torch.int32)
+            self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 2))
+            # torch's convention: value = (code - 8) * scale + zero, so zero = min + 8 * scale.
+            zeros = weight.mins.float() + 8 * weight.scales.float()
+            self.register_buffer("scales_and_zeros", torch.stack((weight.scales.float(), zeros), dim=-1)
+                                 .transpose(0, 1).contiguous().to(torch.bfloat16))  # [groups, N, 2]
+        elif kernel == "cpu_int8pack":
+            self.register_buffer("qweight", weight.qweight.to(device))
+            self.register_buffer("scales", weight.scales.to(device, torch.bfloat16))
+        elif isinstance(weight, Int4Weight):
+            weight = weight.to(device)
+            self.register_buffer("qweight", weight.packed)
+            self.register_buffer("scales", weight.scales.float())
+            self.register_buffer("mins", weight.mins.float())
+        else:
+            self.register_buffer("qweight", weight.qweight.to(device))
+            self.register_buffer("scales", weight.scales.to(device, torch.float32))
+        self.bias = nn.Parameter(bias.detach().to(device), requires_grad=False) if bias is not None else None
+
+    @staticmethod
+    def _pick_kernel(weight: Int4Weight | Int8Weight, device: torch.device) -> str:
+        if device.type != "cpu":
+            return "dequant"
+        if isinstance(weight, Int4Weight):
+            return "cpu_int4pack" if _int4_cpu_kernel_ok(weight) else "dequant"
+        return "cpu_int8pack" if _int8_cpu_kernel_ok(weight) else "dequant"
+
+    @property
+    def resident_bytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.buffers()) + (
+            self.bias.numel() * self.bias.element_size() if self.bias is not None else 0)
+
+    def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The float [N, K] weight the layer computes with (for the packed kernels: read back through the kernel
+        with an identity input, so bf16-rounded)."""
+        if self.kernel == "dequant":
+            return self._dequant(dtype)
+        eye = torch.eye(self.in_features, dtype=torch.bfloat16, device=self.qweight.device)
+        return self._kernel_matmul(eye).t().to(dtype).contiguous()
+
+    def _dequant(self, dtype: torch.dtype) -> torch.Tensor:
+        if self.mode == "int4":
+            return Int4Weight(self.qweight, self.scales, self.mins, self.group_size).dequantize(dtype)
+        return Int8Weight(self.qweight, self.scales).dequantize(dtype)
+
+    def _kernel_matmul(self, x2: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "cpu_int4pack":
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.qweight, self.group_size,
+                                                              self.scales_and_zeros)
+        return torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise QuantizationError(f"input has {x.shape[-1]} features, the layer expects {self.in_features}")
+        if x.device != self.qweight.device:
+            raise QuantizationError(f"input on {x.device}, the quantized weight on {self.qweight.device}: build the "
+                                    "quantized layers on the model's final device")
+        if self.kernel == "dequant":
+            if self.mode == "int8":  # the per-channel scale commutes with the matmul: no float weight is built
+                y = F.linear(x, self.qweight.to(x.dtype)) * self.scales.to(x.dtype)
+            else:
+                y = F.linear(x, self._dequant(x.dtype))
+        else:
+            x2 = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+            y = self._kernel_matmul(x2).view(*x.shape[:-1], self.out_features).to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y
+
+    def extra_repr(self) -> str:
+        group = f", group_size={self.group_size}" if self.group_size else ""
+        return (f"in_features={self.in_features}, out_features={self.out_features}, mode={self.mode}{group}, "
+                f"kernel={self.kernel}, bias={self.bias is not None}")
+
+
+def quantize_linear(linear: nn.Linear, mode: str, group_size: int = 128, kernel: str | None = None
+                    ) -> QuantizedLinear:
+    if mode == "int4":
+        weight: Int4Weight | Int8Weight = quantize_int4(linear.weight, group_size)
+    elif mode == "int8":
+        weight = quantize_int8(linear.weight)
+    else:
+        raise QuantizationError(f"unknown quantization mode {mode!r}: expected 'int4' or 'int8'")
+    return QuantizedLinear(weight, linear.bias, device=linear.weight.device, kernel=kernel)
+
+
+def set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
+
+
+def quantize_model(model: nn.Module, mode: str = "int4", group_size: int = 128,
+                   names: tuple[str, ...] = PROJECTION_NAMES, kernel: str | None = None) -> dict[str, str]:
+    """Swaps every nn.Linear whose last name is in `names` (the attention and MLP projections, fused or not) for a
+    QuantizedLinear built on the layer's device, in place. lm_head and the (possibly tied) embedding are left alone.
+    Layers a mode cannot take (int4 with in_features not a multiple of group_size) stay as they are.
+    Returns {layer name: kernel, or "skipped: why"}."""
+    if mode not in ("int4", "int8"):
+        raise QuantizationError(f"unknown quantization mode {mode!r}: expected 'int4' or 'int8'")
+    report: dict[str, str] = {}
+    targets = [(n, m) for n, m in model.named_modules()
+               if isinstance(m, nn.Linear) and n.rpartition(".")[2] in names]
+    for name, linear in targets:
+        if mode == "int4" and linear.in_features % group_size:
+            report[name] = f"skipped: in_features {linear.in_features} % group_size {group_size} != 0"
+            continue
+        with torch.no_grad():
+            quantized = quantize_linear(linear, mode, group_size, kernel)
+        set_submodule(model, name, quantized)
+        report[name] = quantized.kernel
+    return report
