@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tiers.attention.metadata import AttentionMetadata, PrefillChunk
+from tiers.attention.backend import BatchLayout
+from tiers.attention.selector import get_attention_backend
 
 
 def prefill_logits(model, token_ids: list[int], block_size: int = 16) -> torch.Tensor:
@@ -13,16 +14,14 @@ def prefill_logits(model, token_ids: list[int], block_size: int = 16) -> torch.T
     n = len(token_ids)
     num_blocks = -(-n // block_size)
     dtype = model.embed_tokens.weight.dtype
-    for layer in model.layers:
-        shape = (num_blocks, block_size, c.num_kv_heads, c.head_dim)
-        layer.self_attn.attn.bind_cache(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype), False)
+    shape = (num_blocks, block_size, c.num_kv_heads, c.head_dim)
+    kv_caches = [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in model.layers]
     if model.rotary is None:
         model.build_rotary(max(n, 64), torch.device("cpu"))
-    block_table = torch.arange(num_blocks)
-    meta = AttentionMetadata(
-        slot_mapping=torch.arange(n), block_tables=block_table.view(1, -1).int(), seq_lens=torch.tensor([n]).int(),
-        query_start_loc=torch.tensor([0, n]).int(), max_query_len=n,
-        prefills=[PrefillChunk(start=0, end=n, seq_len=n, block_table=block_table, mask=None)])
+    layout = BatchLayout(block_ids=[list(range(num_blocks))], seq_lens=[n], query_start_loc=[0, n],
+                         slot_mapping=list(range(n)), block_size=block_size)
+    meta = get_attention_backend("torch", torch.device("cpu")).prepare_metadata(layout, kv_caches,
+                                                                               torch.device("cpu"), dtype)
     with torch.no_grad():
         hidden = model(torch.tensor(token_ids), torch.arange(n), meta)
         return model.compute_logits(hidden)
