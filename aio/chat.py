@@ -16,8 +16,8 @@ from aio.classify_batcher import ClassifierBatcher
 from aio.db.records import RequestRecord, utcnow
 from aio.metrics import Metrics
 from aio.routing import Router, RoutingDecision
-from aio.server.errors import APIError, invalid_request
-from aio.server.schemas import ChatCompletionRequest
+from aio.api.errors import APIError, invalid_request
+from aio.api.schemas import ChatCompletionRequest
 from aio.settings import TierSettings
 from classifier.features import messages_to_text
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams

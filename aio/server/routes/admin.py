@@ -7,8 +7,8 @@ import dataclasses
 from fastapi import APIRouter, Depends
 
 from aio.server.deps import State, admin_key
-from aio.server.errors import APIError
-from aio.server.schemas import CreateKeyRequest
+from aio.api.errors import APIError
+from aio.api.schemas import CreateKeyRequest
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(admin_key)])
 
