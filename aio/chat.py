@@ -18,7 +18,7 @@ from aio.metrics import Metrics
 from aio.routing import Router, RoutingDecision
 from aio.api.errors import APIError, invalid_request
 from aio.api.schemas import ChatCompletionRequest
-from aio.settings import TierSettings
+from aio.settings import Prices, TierSettings
 from classifier.features import messages_to_text
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.pool import ChatChunk, Tier, TierPool, TierUnavailableError
@@ -30,15 +30,6 @@ QUEUE_FULL_RETRY_AFTER_S = 1.0
 
 class RequestLog(Protocol):
     def submit(self, record: RequestRecord) -> None: ...
-
-
-@dataclass
-class Prices:
-    input_per_million: float
-    output_per_million: float
-
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million) / 1e6
 
 
 @dataclass
@@ -104,8 +95,7 @@ class ChatService:
         self.log = log
         self.metrics = metrics
         self.log_prompts = log_prompts
-        self.prices = {name: Prices(t.input_price_per_million, t.output_price_per_million)
-                       for name, t in tier_settings.items()}
+        self.prices = {name: t.prices for name, t in tier_settings.items()}
         self.max_queue = {name: t.max_queue for name, t in tier_settings.items()}
         self.baseline_prices = self.prices[pool.tiers[-1].name]  # the largest tier: the all-large baseline
         self.monitor = None  # a quality_monitor.QualityMonitor: finished answers are offered to it

@@ -6,6 +6,7 @@ With no tiers configured, `aio serve` builds the embedded demo tiers under `$AIO
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -17,6 +18,15 @@ TIER_ORDER = ("small", "medium", "large")  # cheapest first; index = the classif
 
 def default_home() -> Path:
     return Path(os.environ.get("AIO_HOME") or Path.home() / ".aio")
+
+
+@dataclass
+class Prices:
+    input_per_million: float
+    output_per_million: float
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million) / 1e6
 
 
 class TierSettings(BaseModel):
@@ -69,6 +79,10 @@ class TierSettings(BaseModel):
     @property
     def is_remote(self) -> bool:
         return self.base_url is not None
+
+    @property
+    def prices(self) -> Prices:
+        return Prices(self.input_price_per_million, self.output_price_per_million)
 
 
 class Settings(BaseSettings):
