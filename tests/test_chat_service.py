@@ -10,7 +10,8 @@ import pytest
 
 from aio.api.errors import APIError
 from aio.api.schemas import ChatCompletionRequest
-from aio.chat import ChatService, RequestContext
+from aio.chat.context import RequestContext
+from aio.chat.service import ChatService
 from aio.metrics import Metrics
 from aio.routing import Router
 from aio.settings import TierSettings

@@ -8,7 +8,7 @@ from typing import AsyncIterator
 
 from fastapi import FastAPI
 
-from aio.chat import ChatService
+from aio.chat.service import ChatService
 from aio.classifier_loader import load_classifier
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore

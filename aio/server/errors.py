@@ -14,7 +14,8 @@ __all__ = ["APIError", "error_response", "install_error_handlers", "invalid_requ
 
 
 def error_response(error: APIError, extra_headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status_code, headers={**error.headers(), **(extra_headers or {})})
+    headers = {**error.headers(), **(extra_headers or {})}
+    return JSONResponse(error.body(), status_code=error.status_code, headers=headers)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

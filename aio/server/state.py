@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from aio.chat import ChatService
+from aio.chat.service import ChatService
 from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
 from aio.metrics import Metrics

@@ -6,7 +6,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from aio.api.errors import APIError
 from aio.api.schemas import ChatCompletionRequest
-from aio.chat import RequestContext
+from aio.chat.context import RequestContext
 from aio.server.deps import ApiKey, State
 from aio.server.errors import error_response
 
