@@ -6,7 +6,7 @@ With no tiers configured, `aio serve` builds the embedded demo tiers under `$AIO
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,6 +20,15 @@ TIER_ORDER = ("small", "medium", "large")  # cheapest first; index = the classif
 
 def default_home() -> Path:
     return Path(os.environ.get("AIO_HOME") or Path.home() / ".aio")
+
+
+@dataclass
+class Prices:
+    input_per_million: float
+    output_per_million: float
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million) / 1e6
 
 
 class TierSettings(BaseModel):
@@ -88,6 +97,10 @@ class TierSettings(BaseModel):
     @property
     def max_model_len(self) -> int | None:
         return self.engine.max_model_len
+
+    @property
+    def prices(self) -> Prices:
+        return Prices(self.input_price_per_million, self.output_price_per_million)
 
 
 class Settings(BaseSettings):

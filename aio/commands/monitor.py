@@ -33,7 +33,6 @@ def monitor(lookback: str = typer.Option("1h", help="verify answers of this rece
 
 
 async def _run(settings, engine, window, poll_interval: float, once: bool) -> int:
-    from aio.chat import Prices
     from aio.monitoring import SqlVerdictStore, build_monitor, unverified_candidates
     from aio.routing import registry
     from aio.tier_loader import build_tier
@@ -45,9 +44,8 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> in
 
         tier_settings = demo_tier_settings(settings.home)["large"]
     reference = await asyncio.to_thread(build_tier, "large", tier_settings, not settings.tiers)
-    prices = Prices(tier_settings.input_price_per_million, tier_settings.output_price_per_million)
     store = SqlVerdictStore(engine, store_text=settings.log_prompts)
-    quality_monitor = build_monitor(settings, reference, prices, store)
+    quality_monitor = build_monitor(settings, reference, tier_settings.prices, store)
     quality_monitor.start()
     seen: set[str] = set()
     try:
