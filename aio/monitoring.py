@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from aio.db.models import Request, Verification
 from aio.db.records import utcnow
 from aio.routing import registry
-from aio.settings import Prices, Settings
+from aio.settings import MONITORED_TIERS, Prices, Settings
 from quality_monitor import (AnswerComparer, Candidate, ControllerSettings, QualityMonitor, ReplayResult, Sampler,
                              ThresholdChange, ThresholdController, Verdict)
 from tiers.engine.sampling_params import SamplingParams
@@ -26,7 +26,6 @@ from tiers.pool import Tier
 
 logger = logging.getLogger(__name__)
 
-MONITORED_TIERS = ("small", "medium")
 
 
 class TierReplayer:

@@ -16,6 +16,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from tiers.engine.config import EngineConfig
 
 TIER_ORDER = ("small", "medium", "large")  # cheapest first; index = the classifier's label
+REFERENCE_TIER = TIER_ORDER[-1]  # the quality monitor replays cheaper tiers' answers here
+MONITORED_TIERS = TIER_ORDER[:-1]
 
 
 def default_home() -> Path:

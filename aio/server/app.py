@@ -19,7 +19,7 @@ from aio.server.auth import Authenticator, is_loopback
 from aio.server.body_limit import BodyLimitMiddleware
 from aio.server.errors import install_error_handlers
 from aio.server.state import AppState
-from aio.settings import Settings, TierSettings
+from aio.settings import REFERENCE_TIER, Settings, TierSettings
 from aio.tier_loader import build_pool
 from tiers.pool import TierPool
 
@@ -104,7 +104,7 @@ def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, rou
                    metrics: Metrics):
     """The quality monitor inside the server (monitor_mode = "serve"): replays on the largest tier."""
     reference = pool.tiers[-1]
-    if settings.monitor_mode != "serve" or len(pool) < 2 or reference.name != "large":
+    if settings.monitor_mode != "serve" or len(pool) < 2 or reference.name != REFERENCE_TIER:
         return None
     from aio.monitoring import MonitorCollector, SqlVerdictStore, build_monitor
 
