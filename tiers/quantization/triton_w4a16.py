@@ -180,10 +180,12 @@ def _check_inputs(x: torch.Tensor, weight: Int4Weight) -> None:
 
 
 def _check_config(config: W4A16Config, group_size: int) -> None:
-    for name in ("block_m", "block_n", "block_k", "split_k"):
+    for name in ("block_m", "block_n", "block_k"):
         value = getattr(config, name)
         if value < 1 or value & (value - 1):
             raise ValueError(f"{name} must be a power of two, got {value}")
+    if config.split_k < 1:
+        raise ValueError(f"split_k must be >= 1, got {config.split_k}")
     if config.block_m < 16 or config.block_n < 16 or _block_k(config.block_k, group_size) < MIN_BLOCK_K:
         raise ValueError(f"{config} is too small: tl.dot needs block_m, block_n >= 16 and a K step of >= "
                          f"{MIN_BLOCK_K} dividing the group size {group_size}")
