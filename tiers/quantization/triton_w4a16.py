@@ -27,6 +27,7 @@ On CPU the kernel runs only in the Triton interpreter (TRITON_INTERPRET=1 before
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -124,6 +125,7 @@ def _block_k(config_block_k: int, group_size: int) -> int:
     return math.gcd(config_block_k, group_size & -group_size)
 
 
+@functools.lru_cache(maxsize=None)
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
