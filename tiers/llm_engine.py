@@ -42,9 +42,8 @@ logger = logging.getLogger(__name__)
 class Engine:
     def __init__(self, path: str | Path | GGUFCheckpoint, config: EngineConfig,
                  draft: str | Path | Engine | None = None) -> None:
-        """path: a Hugging Face checkpoint folder (float, or AutoAWQ GEMM), a .gguf file, or a GGUFCheckpoint
-        already read with tiers.models.gguf.load_gguf (engines built from one share the parse, not the weights).
-        draft: with config.speculative == "draft", the draft model: a checkpoint folder or .gguf file, or another
+        """path: a Hugging Face folder (float or AutoAWQ), a .gguf file, or a GGUFCheckpoint from load_gguf (to
+        share one parse). draft: with config.speculative == "draft", a checkpoint folder / .gguf file, or another
         Engine whose loaded weights are shared (this engine keeps its own KV pool for them)."""
         checkpoint = open_checkpoint(path)
         self.path = checkpoint.path
@@ -80,8 +79,7 @@ class Engine:
     @classmethod
     def from_pretrained(cls, path: str | Path | GGUFCheckpoint, draft: str | Path | Engine | None = None,
                         **config: Any) -> Engine:
-        """path: see __init__. config: EngineConfig's fields. speculative defaults to "draft" when `draft` is
-        given."""
+        """path: see __init__. config: EngineConfig's fields. speculative defaults to "draft" with `draft`."""
         if draft is not None and config.get("speculative") is None:
             config["speculative"] = "draft"
         return cls(path, EngineConfig.from_options(**config), draft=draft)
