@@ -15,9 +15,12 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    skip_slow = pytest.mark.skip(reason="slow: set AIO_SLOW_TESTS=1 to run it")
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+        if "slow" in item.keywords and os.environ.get("AIO_SLOW_TESTS") != "1":
+            item.add_marker(skip_slow)
 
 
 ARCHS = ["llama", "llama-tied", "qwen2", "mistral"]

@@ -27,10 +27,11 @@ from tiers.engine.sampler import SamplerOutput
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.scheduler import Scheduler, SchedulerOutput
 from tiers.engine.sequence import Sequence
+from tiers.models.checkpoint import open_checkpoint
 from tiers.models.config import ModelConfig
+from tiers.models.gguf.reader import GGUFCheckpoint
 from tiers.models.llama import LlamaForCausalLM
 from tiers.models.loader import resolve_device, resolve_dtype
-from tiers.models.tokenizer import load_tokenizer
 from tiers.spec_decode.draft_model import DraftTarget, load_draft_model, share_draft_model
 from tiers.spec_decode.draft_runner import DraftRunner
 from tiers.spec_decode.speculator import Speculator
@@ -39,19 +40,22 @@ logger = logging.getLogger(__name__)
 
 
 class Engine:
-    def __init__(self, path: str | Path, config: EngineConfig, draft: str | Path | Engine | None = None) -> None:
-        """draft: with config.speculative == "draft", the draft model: a checkpoint folder, or another Engine
-        whose loaded weights are shared (this engine keeps its own KV pool for them)."""
-        self.path = Path(path)
+    def __init__(self, path: str | Path | GGUFCheckpoint, config: EngineConfig,
+                 draft: str | Path | Engine | None = None) -> None:
+        """path: a Hugging Face folder (float or AutoAWQ), a .gguf file, or a GGUFCheckpoint from load_gguf (to
+        share one parse). draft: with config.speculative == "draft", a checkpoint folder / .gguf file, or another
+        Engine whose loaded weights are shared (this engine keeps its own KV pool for them)."""
+        checkpoint = open_checkpoint(path)
+        self.path = checkpoint.path
         self.config = config
-        self.model_config = ModelConfig.from_pretrained(self.path)
-        self.tokenizer = load_tokenizer(self.path)
+        self.model_config = checkpoint.config
+        self.tokenizer = checkpoint.tokenizer
         device = resolve_device(config.device)
-        dtype = resolve_dtype(config.dtype, device, self.model_config)
+        dtype = resolve_dtype(config.dtype, device, self.model_config, checkpoint.is_quantized(config.quantization))
         draft_model = _draft_model(config, draft, DraftTarget(self.path, self.model_config, self.tokenizer, device,
                                                               dtype))
         extra_kv = kv_bytes_per_block(draft_model[1], config.block_size, dtype) if draft_model else 0
-        self.runner = ModelRunner(self.path, self.model_config, config, device, dtype,
+        self.runner = ModelRunner(checkpoint, config, device, dtype,
                                   get_attention_backend(config.attention_backend, device), extra_kv)
         self.max_model_len = resolve_max_model_len(config, self.model_config, self.runner.num_blocks)
         self.runner.model.build_rotary(self.max_model_len + 1, device)
@@ -73,8 +77,9 @@ class Engine:
         self.num_steps = 0
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, draft: str | Path | Engine | None = None, **config: Any) -> Engine:
-        """config: EngineConfig's fields. speculative defaults to "draft" when `draft` is given."""
+    def from_pretrained(cls, path: str | Path | GGUFCheckpoint, draft: str | Path | Engine | None = None,
+                        **config: Any) -> Engine:
+        """path: see __init__. config: EngineConfig's fields. speculative defaults to "draft" with `draft`."""
         if draft is not None and config.get("speculative") is None:
             config["speculative"] = "draft"
         return cls(path, EngineConfig.from_options(**config), draft=draft)

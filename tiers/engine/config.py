@@ -6,12 +6,16 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 MAX_SPECULATIVE_TOKENS = 16
+QUANTIZATION_MODES = ("auto", None, "int8", "int4")
+QUANTIZATION_GROUP_SIZES = (32, 64, 128, 256)  # what the INT4 kernels take
 
 
 @dataclass
 class EngineConfig:
     device: str = "cpu"
-    dtype: str | None = None  # None: float32 on CPU, the checkpoint's half type (or bfloat16) on CUDA
+    # None: on CPU float32, or bfloat16 when the projections are quantized (see tiers.models.loader.resolve_dtype);
+    # on CUDA the checkpoint's half type (or bfloat16)
+    dtype: str | None = None
     block_size: int = 16
     kv_cache_bytes: int | None = None  # the KV budget in bytes ...
     kv_cache_fraction: float | None = None  # ... or as a fraction of device memory (weights + KV on CUDA)
@@ -30,6 +34,16 @@ class EngineConfig:
     speculative_adaptive: bool = True
     ngram_min: int = 1
     ngram_max: int = 3
+    # Weight-only quantization of the attention and MLP projections (embeddings, lm_head and norms stay float in
+    # `dtype`). "auto": as the checkpoint stores them: float checkpoints run float, AutoAWQ checkpoints and a GGUF
+    # file's Q4_0/Q4_1 projections run natively as INT4 (a GGUF's other types are dequantized to float).
+    # None (or "none"): everything float; 4-bit weights are dequantized (exactly), e.g. a GGUF's fp32 reference.
+    # "int8": per-channel symmetric INT8 everywhere, by round-to-nearest from the float (or dequantized) weights.
+    # "int4": INT4 everywhere: native 4-bit weights kept as stored (GGUF: groups of 32, AWQ: 128), float ones by
+    # round-to-nearest in groups of quantization_group_size (layers whose in_features it does not divide stay
+    # float, with a warning). Quantized models default to bfloat16 on CPU (see `dtype`).
+    quantization: str | None = "auto"
+    quantization_group_size: int = 128
 
     @classmethod
     def option_names(cls) -> frozenset[str]:
@@ -58,6 +72,17 @@ class EngineConfig:
         if self.attention_backend not in (None, "torch", "triton"):
             raise ValueError(f"attention_backend must be 'torch' or 'triton', got {self.attention_backend!r}")
         self._check_speculation()
+        self._check_quantization()
+
+    def _check_quantization(self) -> None:
+        if self.quantization == "none":
+            self.quantization = None
+        if self.quantization not in QUANTIZATION_MODES:
+            raise ValueError(f"quantization must be 'auto', 'int8', 'int4' or None ('none'), got "
+                             f"{self.quantization!r}")
+        if self.quantization_group_size not in QUANTIZATION_GROUP_SIZES:
+            raise ValueError(f"quantization_group_size must be one of {QUANTIZATION_GROUP_SIZES}, got "
+                             f"{self.quantization_group_size}")
 
     def _check_speculation(self) -> None:
         if self.speculative not in (None, "draft", "ngram"):

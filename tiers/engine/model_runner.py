@@ -1,8 +1,6 @@
 """Owns the target model and its KV cache; turns a scheduled step into one forward pass and sampled tokens."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from tiers.attention.backend import AttentionBackend
@@ -13,20 +11,19 @@ from tiers.engine.rejection_sampler import rejection_sample
 from tiers.engine.sampler import SamplerOutput, sample, token_logprobs
 from tiers.engine.scheduler import ScheduledSequence
 from tiers.engine.sequence import Sequence, TokenLogprob
-from tiers.models.config import ModelConfig
-from tiers.models.loader import load_model
+from tiers.models.checkpoint import Checkpoint
 
 
 class ModelRunner:
-    def __init__(self, path: str | Path, model_config: ModelConfig, config: EngineConfig, device: torch.device,
-                 dtype: torch.dtype, attention_backend: AttentionBackend, extra_kv_bytes_per_block: int = 0) -> None:
+    def __init__(self, checkpoint: Checkpoint, config: EngineConfig, device: torch.device, dtype: torch.dtype,
+                 attention_backend: AttentionBackend, extra_kv_bytes_per_block: int = 0) -> None:
         """extra_kv_bytes_per_block: a draft model's KV per block, paid from the same budget."""
-        self.model_config = model_config
+        self.model_config = model_config = checkpoint.config
         self.device, self.dtype = device, dtype
         self.block_size = config.block_size
         self.attention_backend = attention_backend
         self.extra_kv_bytes_per_block = extra_kv_bytes_per_block
-        self.model = load_model(path, model_config, device, dtype)
+        self.model = checkpoint.load_model(device, dtype, config.quantization, config.quantization_group_size)
         self.num_blocks = num_kv_blocks(config, model_config, device, dtype, extra_kv_bytes_per_block)
         self.kv_cache = KVCache(model_config, self.num_blocks, self.block_size, dtype, device)
 

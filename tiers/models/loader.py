@@ -21,13 +21,15 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def resolve_dtype(name: str | torch.dtype | None, device: torch.device, model_config: ModelConfig) -> torch.dtype:
-    """None or "auto": float32 on CPU, the checkpoint's half type (or bfloat16) elsewhere."""
+def resolve_dtype(name: str | torch.dtype | None, device: torch.device, model_config: ModelConfig,
+                  quantized: bool = False) -> torch.dtype:
+    """None or "auto": on CPU float32, or bfloat16 for a model with quantized projections (the CPU kernels take
+    bf16 activations); elsewhere the checkpoint's half type (or bfloat16)."""
     if isinstance(name, torch.dtype):
         return name
     if name is None or name == "auto":
         if device.type == "cpu":
-            return torch.float32
+            return torch.bfloat16 if quantized else torch.float32
         return torch.float16 if model_config.torch_dtype == "float16" else torch.bfloat16
     dtype = getattr(torch, str(name), None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -71,19 +73,13 @@ def load_model(path: str | Path, config: ModelConfig, device: torch.device, dtyp
             continue
         if config.tie_word_embeddings and name == "lm_head.weight":
             continue
-        target_name = name[len("model."):] if name.startswith("model.") else name
-        parts = target_name.split(".")
-        shard = None
-        if len(parts) >= 2 and parts[-2] in LlamaForCausalLM.packed:
-            fused, shard = LlamaForCausalLM.packed[parts[-2]]
-            parts[-2] = fused
-            target_name = ".".join(parts)
+        target_name, shard = our_name(name)
         param = params.get(target_name)
         if param is None:
             raise UnsupportedModelError(f"unexpected weight {name!r} in {path}: the checkpoint does not match "
-                                        f"{config.architecture} as this engine implements it (quantized weights "
-                                        "are not supported)")
-        target = param.data if shard is None else param.data[model.shard_slice(parts[-2], shard)]
+                                        f"{config.architecture} as this engine implements it (quantized "
+                                        "checkpoints load only in the AutoAWQ GEMM and GGUF formats)")
+        target = param.data if shard is None else param.data[model.shard_slice(target_name.split(".")[-2], shard)]
         if target.shape != tensor.shape:
             raise UnsupportedModelError(f"weight {name!r} has shape {tuple(tensor.shape)}, "
                                         f"expected {tuple(target.shape)}")
@@ -98,6 +94,18 @@ def load_model(path: str | Path, config: ModelConfig, device: torch.device, dtyp
         raise UnsupportedModelError(f"checkpoint {path} is missing weights: {', '.join(missing[:5])}"
                                     + (" ..." if len(missing) > 5 else ""))
     return model.eval()
+
+
+def our_name(name: str) -> tuple[str, int | None]:
+    """A Hugging Face weight name -> (our parameter name, shard of a fused parameter or None):
+    model.layers.0.self_attn.k_proj.weight -> (layers.0.self_attn.qkv_proj.weight, 1)."""
+    target_name = name[len("model."):] if name.startswith("model.") else name
+    parts = target_name.split(".")
+    if len(parts) >= 2 and parts[-2] in LlamaForCausalLM.packed:
+        fused, shard = LlamaForCausalLM.packed[parts[-2]]
+        parts[-2] = fused
+        return ".".join(parts), shard
+    return target_name, None
 
 
 def _shards_of(param_name: str) -> list[int | None]:

@@ -90,6 +90,9 @@ class QuantizedLinear(nn.Module):
         if device.type == "cuda" and isinstance(weight, Int4Weight) and _triton_w4a16_ok(weight):
             return "triton_w4a16"
         if device.type != "cpu":
+            # Hook for the Triton W4A16 kernel (tiers/quantization/triton_w4a16.py, being written): INT4 weights on
+            # CUDA pick it here when it takes the shape and group size (a new kernel name, its buffers in __init__,
+            # its call in _kernel_matmul); until then CUDA runs the portable "dequant" path.
             return "dequant"
         if isinstance(weight, Int4Weight):
             return "cpu_int4pack" if _int4_cpu_kernel_ok(weight) else "dequant"

@@ -10,8 +10,7 @@ import torch
 from tiers.engine.model_runner import ModelRunner
 from tiers.models.config import ModelConfig
 from tiers.models.llama import LlamaForCausalLM
-from tiers.models.loader import load_model
-from tiers.models.tokenizer import load_tokenizer
+from tiers.models.checkpoint import open_checkpoint
 
 
 class DraftModelError(ValueError):
@@ -40,10 +39,11 @@ class DraftTarget:
 
 
 def load_draft_model(path: Path, target: DraftTarget) -> tuple[LlamaForCausalLM, ModelConfig]:
-    """The vocabulary is checked before any weight is loaded."""
-    config = ModelConfig.from_pretrained(path)
-    target.check_vocabulary(path, config, load_tokenizer(path))
-    return load_model(path, config, target.device, target.dtype), config
+    """A checkpoint folder or .gguf file, in its stored precision (quantization "auto") and the target's dtype.
+    The vocabulary is checked before any weight is loaded. (For another precision, pass an Engine as the draft.)"""
+    checkpoint = open_checkpoint(path)
+    target.check_vocabulary(path, checkpoint.config, checkpoint.tokenizer)
+    return checkpoint.load_model(target.device, target.dtype), checkpoint.config
 
 
 def share_draft_model(name: Any, runner: ModelRunner, model_config: ModelConfig, tokenizer: Any,

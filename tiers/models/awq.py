@@ -1,0 +1,90 @@
+"""AutoAWQ "GEMM" checkpoints: a Hugging Face folder whose config.json says quantization_config.quant_method ==
+"awq". Each quantized projection is stored as qweight / qzeros / scales (see tiers.quantization.awq); everything
+else (embeddings, norms, lm_head, biases, layers in modules_to_not_convert) is float. The projections become
+Int4Weight under our (fused) parameter names, ready for tiers.models.assemble.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tiers.models.assemble import Weights
+from tiers.models.config import ModelConfig, UnsupportedModelError
+from tiers.models.loader import IGNORED_WEIGHT_SUFFIXES, iterate_weights, our_name
+from tiers.quantization.awq import awq_gemm_to_int4
+from tiers.quantization.int4 import Int4Weight, QuantizationError
+
+AWQ_GROUP_SIZE = 128  # AutoAWQ's default, and the only one this engine takes
+_AWQ_TENSORS = ("qweight", "qzeros", "scales")
+_FUSED_SHARDS = {"qkv_proj": 3, "gate_up_proj": 2}
+
+
+class AWQError(UnsupportedModelError):
+    """An AWQ checkpoint this engine cannot load; the message names the folder and the problem."""
+
+
+def awq_config(raw: dict[str, Any], path: Path | str = "") -> dict[str, Any] | None:
+    """The checkpoint's AWQ quantization_config (validated), or None when it is not an AWQ checkpoint."""
+    qc = raw.get("quantization_config") or {}
+    if qc.get("quant_method") != "awq":
+        return None
+    bits = qc.get("bits", qc.get("w_bit", 4))
+    group = qc.get("group_size", qc.get("q_group_size", AWQ_GROUP_SIZE))
+    version = str(qc.get("version", "gemm")).lower()
+    if bits != 4:
+        raise AWQError(f"{path}: AWQ with {bits}-bit weights is not supported (4-bit only)")
+    if group != AWQ_GROUP_SIZE:
+        raise AWQError(f"{path}: AWQ group size {group} is not supported (only {AWQ_GROUP_SIZE}, AutoAWQ's default)")
+    if version != "gemm":
+        raise AWQError(f"{path}: AWQ version {version!r} is not supported (only AutoAWQ's 'gemm' layout)")
+    if not qc.get("zero_point", True):
+        raise AWQError(f"{path}: AWQ without zero points is not supported")
+    return qc
+
+
+def load_awq_weights(path: str | Path, config: ModelConfig, dtype: torch.dtype = torch.float32) -> Weights:
+    """Our parameters from an AWQ folder: Int4Weight for the quantized projections (fused where all the shards of
+    a fused one are quantized, else dequantized and fused as float), float tensors in `dtype` for the rest."""
+    path = Path(path)
+    packed: dict[str, dict[str, torch.Tensor]] = {}  # HF module name -> {"qweight": ..., ...}
+    shards: dict[str, dict[int, torch.Tensor | Int4Weight]] = {}
+    weights: Weights = {}
+    for name, tensor in iterate_weights(path):
+        if name.endswith(IGNORED_WEIGHT_SUFFIXES) or (config.tie_word_embeddings and name == "lm_head.weight"):
+            continue
+        module, _, kind = name.rpartition(".")
+        if kind in _AWQ_TENSORS:
+            packed.setdefault(module, {})[kind] = tensor
+        else:
+            _put(weights, shards, name, tensor.to(dtype))
+    for module, parts in packed.items():
+        missing = [k for k in _AWQ_TENSORS if k not in parts]
+        if missing:
+            raise AWQError(f"{path}: AWQ layer {module} has no {', '.join(missing)} (each quantized layer needs "
+                           "qweight, qzeros and scales)")
+        try:
+            weight = awq_gemm_to_int4(parts["qweight"], parts["qzeros"], parts["scales"], AWQ_GROUP_SIZE)
+        except QuantizationError as e:
+            raise AWQError(f"{path}: AWQ layer {module}: {e}") from e
+        _put(weights, shards, f"{module}.weight", weight)
+    for ours, parts in shards.items():
+        expected = _FUSED_SHARDS[ours.split(".")[-2]]
+        if sorted(parts) != list(range(expected)):
+            raise AWQError(f"{path}: {ours} is missing parts (has shards {sorted(parts)} of {expected})")
+        ordered = [parts[i] for i in range(expected)]
+        if all(isinstance(p, Int4Weight) for p in ordered):
+            weights[ours] = Int4Weight.cat(ordered)
+        else:
+            weights[ours] = torch.cat([p.dequantize(dtype) if isinstance(p, Int4Weight) else p for p in ordered])
+    return weights
+
+
+def _put(weights: Weights, shards: dict[str, dict[int, Any]], hf_name: str, value: torch.Tensor | Int4Weight
+         ) -> None:
+    ours, shard = our_name(hf_name)
+    if shard is None:
+        weights[ours] = value
+    else:
+        shards.setdefault(ours, {})[shard] = value
