@@ -43,7 +43,7 @@ class TierSettings(BaseModel):
     """
     model_config = ConfigDict(extra="forbid")
 
-    path: Path | None = None  # a local Hugging Face checkpoint folder
+    path: Path | None = None  # a local checkpoint: a Hugging Face folder (float or AWQ) or a .gguf file
     base_url: str | None = None  # e.g. http://10.0.0.5:8000/v1 (a vLLM or another AIO server)
     api_key: str | None = None  # sent to base_url as a bearer token
     model: str | None = None  # the name clients see; default: the checkpoint folder's name / the remote model

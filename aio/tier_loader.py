@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from aio.settings import TIER_ORDER, TierSettings
 from tiers.llm_engine import Engine
+from tiers.models.checkpoint import is_checkpoint
 from tiers.pool import LocalTier, Tier, TierPool, load_local_tier
 from tiers.remote import RemoteTier
 from tiers.spec_decode.draft_model import DraftModelError
@@ -25,8 +26,9 @@ def build_tier(name: str, tier: TierSettings, is_demo: bool = False, draft: Engi
                                     api_key=tier.api_key, timeout_s=tier.request_timeout_s)
         remote.is_demo = is_demo
         return remote
-    if not (tier.path / "config.json").is_file():
-        raise TierLoadError(f"tier {name}: {tier.path} is not a checkpoint folder (no config.json)")
+    if not is_checkpoint(tier.path):
+        raise TierLoadError(f"tier {name}: {tier.path} is neither a checkpoint folder (no config.json) nor a .gguf "
+                            "file")
     config = tier.engine
     if config.speculative == "draft" and draft is None:
         logger.info("tier %s: built without its draft tier %s, so without speculative decoding", name, tier.draft)

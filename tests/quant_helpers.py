@@ -125,3 +125,70 @@ def write_gguf(path, *, arch: str = "llama", proj_type: str = "Q4_1", embed_type
     w.write_tensors_to_file()
     w.close()
     return originals
+
+
+AWQ_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def awq_pack(codes: torch.Tensor) -> torch.Tensor:
+    """uint8 [R, C] codes -> AutoAWQ's int32 [R, C / 8]: nibble j of word w holds column 8 w + AWQ_ORDER[j]."""
+    from tiers.quantization.awq import AWQ_ORDER
+
+    c = codes.to(torch.int32).view(codes.shape[0], -1, 8)
+    word = torch.zeros(c.shape[:-1], dtype=torch.int32)
+    for j, column in enumerate(AWQ_ORDER):
+        word |= c[..., column] << (4 * j)
+    return word
+
+
+def awq_quantize(weight: torch.Tensor, group_size: int = 128):
+    """AutoAWQ's round-to-nearest with zero points (its GEMM layout) of a float [out, in] weight: (qweight, qzeros,
+    scales) and the float weight they stand for, (q - z) * s."""
+    w = weight.detach().float().t().reshape(weight.shape[1] // group_size, group_size, weight.shape[0])
+    lo, hi = w.amin(1), w.amax(1)  # [groups, out]
+    scales = ((hi - lo).clamp_min(1e-5) / 15).half()
+    s = scales.float()
+    zeros = (-lo / s).round().clamp(0, 15)
+    q = ((w / s.unsqueeze(1)).round() + zeros.unsqueeze(1)).clamp(0, 15)  # [groups, group, out]
+    dequantized = ((q - zeros.unsqueeze(1)) * s.unsqueeze(1)).reshape(weight.shape[1], -1).t().contiguous()
+    qweight = awq_pack(q.reshape(weight.shape[1], -1).to(torch.uint8))
+    return qweight, awq_pack(zeros.to(torch.uint8)), scales, dequantized
+
+
+def write_awq_checkpoint(src, dst, group_size: int = 128, config_group_size: int | None = None,
+                         drop: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """Re-saves the float Hugging Face folder `src` as an AutoAWQ GEMM checkpoint in `dst` (projections quantized,
+    the rest fp16); returns {HF weight name: the float weight its quantized form stands for}. `drop`: tensor names
+    to leave out (to test missing tensors); config_group_size: what config.json claims (default: group_size)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    src, dst = Path(src), Path(dst)
+    shutil.copytree(src, dst)
+    for f in dst.glob("*.safetensors*"):
+        f.unlink()
+    state = {}
+    for f in sorted(src.glob("*.safetensors")):
+        state.update(load_file(f))
+    out, reference = {}, {}
+    for name, tensor in state.items():
+        module = name.rpartition(".")[0]
+        if name.endswith(".weight") and module.split(".", 3)[-1] in AWQ_PROJECTIONS:
+            qweight, qzeros, scales, dequantized = awq_quantize(tensor, group_size)
+            out.update({f"{module}.qweight": qweight, f"{module}.qzeros": qzeros, f"{module}.scales": scales})
+            reference[name] = dequantized
+        else:
+            out[name] = tensor.half()
+            reference[name] = tensor.half().float()
+    save_file({k: v.contiguous() for k, v in out.items() if k not in drop}, str(dst / "model.safetensors"))
+    config = json.loads((dst / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "awq", "bits": 4, "version": "gemm", "zero_point": True,
+                                     "group_size": config_group_size or group_size}
+    config["torch_dtype"] = "float16"
+    config.pop("dtype", None)
+    (dst / "config.json").write_text(json.dumps(config))
+    return reference

@@ -155,8 +155,13 @@ def load_local_tier(name: str, path: str | Path, config: EngineConfig, model: st
                     is_demo: bool = False, draft: Engine | None = None) -> LocalTier:
     """draft: the engine whose model drafts for this one, with config.speculative == "draft"."""
     engine = Engine(path, config, draft=draft)
-    return LocalTier(name=name, engine=engine, model=model or Path(path).name, is_demo=is_demo)
+    return LocalTier(name=name, engine=engine, model=model or _model_name(Path(path)), is_demo=is_demo)
 
 
 __all__ = ["ChatChunk", "InvalidRequestError", "LocalTier", "Tier", "TierLoad", "TierPool", "TierUnavailableError",
            "load_local_tier"]
+
+
+def _model_name(path: Path) -> str:
+    """The folder's name, or a GGUF file's name without .gguf."""
+    return path.stem if path.suffix.lower() == ".gguf" else path.name
