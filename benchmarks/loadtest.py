@@ -2,8 +2,8 @@
 
     python -m benchmarks.loadtest [--clients 64] [--duration 60] [--max-tokens 32] [--url http://127.0.0.1:PORT]
 
-Without --url it starts `aio serve` on the embedded default (demo tiers, SQLite) in a temporary AIO_HOME on a
-loopback port and stops it afterwards. Every request must end as a complete answer (finish chunk, then
+Without --url it starts `aio serve` on the random demo tiers (AIO_DEMO_MODEL=random, SQLite) in a temporary
+AIO_HOME on a loopback port and stops it afterwards. Every request must end as a complete answer (finish chunk, then
 [DONE]) or a clean refusal (429/503 with Retry-After); anything else — a 500, a stream cut without an error
 event, a hang past --request-timeout — is a failure. Every answered request must be in the SQL log exactly once.
 Prints throughput, TTFT and end-to-end p50/p95/p99 and the p99/p50 ratios, and a JSON line.
@@ -141,7 +141,7 @@ def audit_log(database_url: str, request_ids: list[str], timeout: float = 30.0) 
 
 def start_embedded_server(home: Path, port: int) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIO_")}
-    env.update(AIO_HOME=str(home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env.update(AIO_HOME=str(home), AIO_DEMO_MODEL="random", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log = open(home / "server.log", "wb")
     process = subprocess.Popen([sys.executable, "-m", "aio.cli", "serve", "--port", str(port), "--log-level", "warning"],
                                env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -107,7 +107,7 @@ def seeded(request, tmp_path_factory):
     registry.set_router_state(engine, updated_by="test", offsets={"small": 0.05}, note="seeded change")
     _, chat_key = KeyStore(engine).create("chat-user", "user")
     engine.dispose()
-    server = start_server(None, home, url, admin_key=ADMIN_KEY, AIO_MONITOR_MODE="off")
+    server = start_server(None, home, url, admin_key=ADMIN_KEY, AIO_MONITOR_MODE="off", AIO_DEMO_MODEL="random")
     try:
         yield {"server": server, "old": old, "recent": recent, "verifications": verifications, "chat_key": chat_key,
                "now": now}

@@ -129,7 +129,7 @@ def server(tmp_path_factory):
         connection.execute(sa.insert(Verification), verifications)
     _, chat_key = KeyStore(engine).create("chat-user", "user")
     engine.dispose()
-    live = start_server(None, home, url, admin_key=ADMIN_KEY, AIO_MONITOR_MODE="off")
+    live = start_server(None, home, url, admin_key=ADMIN_KEY, AIO_MONITOR_MODE="off", AIO_DEMO_MODEL="random")
     try:
         yield live, chat_key
     finally:

@@ -221,9 +221,10 @@ def metric(server, line_start: str) -> float:
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
-    """`aio serve` with no configuration: the demo tiers (random weights: small answers disagree with large)."""
+    """`aio serve` with no tiers configured, on the random demo tiers (random weights: small answers disagree with
+    large; the real default serves one model at three precisions, whose answers agree: test_embedded_default)."""
     home = tmp_path_factory.mktemp("embedded")
-    live = start_server(None, home, f"sqlite:///{home / 'aio.db'}", **MONITOR_ENV)
+    live = start_server(None, home, f"sqlite:///{home / 'aio.db'}", AIO_DEMO_MODEL="random", **MONITOR_ENV)
     yield live
     live.stop()
 

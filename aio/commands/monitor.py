@@ -38,13 +38,15 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> in
     from aio.settings import REFERENCE_TIER
     from aio.tier_loader import build_tier
 
+    random_weights = False
     if settings.tiers:
         tier_settings = settings.tiers[REFERENCE_TIER]
     else:
-        from aio.demo import demo_tier_settings
+        from aio.demo import embedded_default
 
-        tier_settings = demo_tier_settings(settings.home)[REFERENCE_TIER]
-    reference = await asyncio.to_thread(build_tier, REFERENCE_TIER, tier_settings, not settings.tiers)
+        embedded = embedded_default(settings.home, settings.demo_model)
+        tier_settings, random_weights = embedded.tiers[REFERENCE_TIER], embedded.random_weights
+    reference = await asyncio.to_thread(build_tier, REFERENCE_TIER, tier_settings, random_weights)
     store = SqlVerdictStore(engine, store_text=settings.log_prompts)
     quality_monitor = build_monitor(settings, reference, tier_settings.prices, store)
     quality_monitor.start()

@@ -9,6 +9,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI
 
 from aio.chat.service import ChatService
+from aio.demo import EmbeddedDefault
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
@@ -41,12 +42,14 @@ def _prepare_database(settings: Settings):
     return db
 
 
-def _tier_settings(settings: Settings) -> dict[str, TierSettings]:
+def _tier_settings(settings: Settings) -> tuple[dict[str, TierSettings], EmbeddedDefault | None]:
+    """The configured tiers, or the embedded demo tiers (and what they are)."""
     if settings.tiers:
-        return dict(settings.tiers)
-    from aio.demo import demo_tier_settings
+        return dict(settings.tiers), None
+    from aio.demo import embedded_default
 
-    return demo_tier_settings(settings.home)
+    demo = embedded_default(settings.home, settings.demo_model)
+    return demo.tiers, demo
 
 
 def _check_bind(keys: KeyStore, bind_host: str) -> None:
@@ -69,11 +72,10 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
     keys = KeyStore(db)
     auth = Authenticator(keys, admin_key, bind_host)
     await asyncio.to_thread(_check_bind, keys, bind_host)
-    tier_settings = await asyncio.to_thread(_tier_settings, settings)
-    if settings.uses_demo_tiers:
-        logger.warning("no tiers configured: serving the embedded DEMO tiers (random weights, gibberish answers) "
-                       "from %s", settings.home / "demo")
-    pool = await asyncio.to_thread(build_pool, tier_settings, settings.uses_demo_tiers)
+    tier_settings, demo = await asyncio.to_thread(_tier_settings, settings)
+    if demo is not None:
+        logger.warning("no tiers configured: serving the embedded %s", demo.note)
+    pool = await asyncio.to_thread(build_pool, tier_settings, demo is not None and demo.random_weights)
     try:
         classifier = await asyncio.to_thread(load_classifier, settings.classifier_path, db)
         router = Router(classifier, [t.name for t in pool], settings.quality)
@@ -97,7 +99,7 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
 
         prune_task = asyncio.create_task(prune_periodically(db, settings.raw_retention_days), name="aio-prune")
     return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task,
-                    monitor, prune_task)
+                    monitor, prune_task, demo)
 
 
 def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, router: Router, db, log_writer,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from aio.chat.service import ChatService
 from aio.db.keys import KeyStore
+from aio.demo import EmbeddedDefault
 from aio.db.log_writer import LogWriter
 from aio.metrics import Metrics
 from aio.routing import Classifier, Router
@@ -29,6 +30,7 @@ class AppState:
     watch_task: asyncio.Task
     monitor: object | None = None  # quality_monitor.QualityMonitor
     prune_task: asyncio.Task | None = None  # deletes raw rows past raw_retention_days
+    demo: EmbeddedDefault | None = None  # the embedded demo tiers, when no tiers are configured
 
     @property
     def classifier(self) -> Classifier:
