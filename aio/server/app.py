@@ -9,11 +9,11 @@ from typing import AsyncIterator
 from fastapi import FastAPI
 
 from aio.chat.service import ChatService
-from aio.demo import EmbeddedDefault
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
 from aio.db.migrate import ensure_schema
+from aio.demo import EmbeddedDefault
 from aio.metrics import Metrics
 from aio.routing import Router, RouterWatcher, load_classifier
 from aio.server.auth import Authenticator, is_loopback
