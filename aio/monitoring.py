@@ -15,11 +15,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from aio.chat import Prices
 from aio.db.models import Request, Verification
 from aio.db.records import utcnow
 from aio.routing import registry
-from aio.settings import Settings
+from aio.settings import MONITORED_TIERS, Prices, Settings
 from quality_monitor import (AnswerComparer, Candidate, ControllerSettings, QualityMonitor, ReplayResult, Sampler,
                              ThresholdChange, ThresholdController, Verdict)
 from tiers.engine.sampling_params import SamplingParams
@@ -27,7 +26,6 @@ from tiers.pool import Tier
 
 logger = logging.getLogger(__name__)
 
-MONITORED_TIERS = ("small", "medium")
 
 
 class TierReplayer:

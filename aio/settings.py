@@ -6,7 +6,7 @@ With no tiers configured, `aio serve` builds the embedded demo tiers under `$AIO
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -16,10 +16,21 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from tiers.engine.config import EngineConfig
 
 TIER_ORDER = ("small", "medium", "large")  # cheapest first; index = the classifier's label
+REFERENCE_TIER = TIER_ORDER[-1]  # the quality monitor replays cheaper tiers' answers here
+MONITORED_TIERS = TIER_ORDER[:-1]
 
 
 def default_home() -> Path:
     return Path(os.environ.get("AIO_HOME") or Path.home() / ".aio")
+
+
+@dataclass
+class Prices:
+    input_per_million: float
+    output_per_million: float
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million) / 1e6
 
 
 class TierSettings(BaseModel):
@@ -88,6 +99,10 @@ class TierSettings(BaseModel):
     @property
     def max_model_len(self) -> int | None:
         return self.engine.max_model_len
+
+    @property
+    def prices(self) -> Prices:
+        return Prices(self.input_price_per_million, self.output_price_per_million)
 
 
 class Settings(BaseSettings):

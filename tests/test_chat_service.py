@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from aio.chat import ChatService, RequestContext
+from aio.chat.context import RequestContext
+from aio.chat.service import ChatService
 from aio.metrics import Metrics
+from aio.api.errors import APIError
+from aio.api.schemas import ChatCompletionRequest
 from aio.routing import ClassifierBatcher, Router
-from aio.server.errors import APIError
-from aio.server.schemas import ChatCompletionRequest
 from aio.settings import TierSettings
 from tiers.pool import ChatChunk, TierLoad, TierPool, TierUnavailableError
 

@@ -17,7 +17,7 @@ def monitor(lookback: str = typer.Option("1h", help="verify answers of this rece
     """Verify a sample of small/medium answers on the large tier (set monitor_mode = "external" on the servers
     so they do not verify the same answers)."""
     from aio.routing.retrain import RetrainError, parse_since
-    from aio.settings import load_settings
+    from aio.settings import REFERENCE_TIER, load_settings
 
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings(config)
@@ -25,7 +25,7 @@ def monitor(lookback: str = typer.Option("1h", help="verify answers of this rece
         window = parse_since(lookback)
     except RetrainError as exc:
         raise fail(str(exc)) from None
-    if settings.tiers and "large" not in settings.tiers:
+    if settings.tiers and REFERENCE_TIER not in settings.tiers:
         raise fail("the quality monitor replays on the large tier, which is not configured")
     with database(config) as engine:
         verified = asyncio.run(_run(settings, engine, window, poll_interval, once))
@@ -33,21 +33,20 @@ def monitor(lookback: str = typer.Option("1h", help="verify answers of this rece
 
 
 async def _run(settings, engine, window, poll_interval: float, once: bool) -> int:
-    from aio.chat import Prices
     from aio.monitoring import SqlVerdictStore, build_monitor, unverified_candidates
     from aio.routing import registry
+    from aio.settings import REFERENCE_TIER
     from aio.tier_loader import build_tier
 
     if settings.tiers:
-        tier_settings = settings.tiers["large"]
+        tier_settings = settings.tiers[REFERENCE_TIER]
     else:
         from aio.demo import demo_tier_settings
 
-        tier_settings = demo_tier_settings(settings.home)["large"]
-    reference = await asyncio.to_thread(build_tier, "large", tier_settings, not settings.tiers)
-    prices = Prices(tier_settings.input_price_per_million, tier_settings.output_price_per_million)
+        tier_settings = demo_tier_settings(settings.home)[REFERENCE_TIER]
+    reference = await asyncio.to_thread(build_tier, REFERENCE_TIER, tier_settings, not settings.tiers)
     store = SqlVerdictStore(engine, store_text=settings.log_prompts)
-    quality_monitor = build_monitor(settings, reference, prices, store)
+    quality_monitor = build_monitor(settings, reference, tier_settings.prices, store)
     quality_monitor.start()
     seen: set[str] = set()
     try:

@@ -80,8 +80,8 @@ def cost(since: str = typer.Option("7d", "--since", help="24h, 7d, 30d, <N>h, <N
          output: Format = typer.Option(Format.table, "--format", help="table, csv or json"),
          config: Path | None = ConfigOption) -> None:
     """What was spent, what all-large would have cost, the savings, quality, errors and p95 TTFT, per tier."""
+    from aio.api.errors import APIError
     from aio.dashboard import service
-    from aio.server.errors import APIError
 
     try:
         r = _range(since, until)

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 
-from aio.server.errors import invalid_request
+from aio.api.errors import invalid_request
 
 RAW_MAX_SPAN = timedelta(hours=48)
 MAX_SPAN = timedelta(days=3660)

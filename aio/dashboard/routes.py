@@ -18,7 +18,7 @@ from aio.dashboard.engine_stats import engine_stats
 from aio.dashboard.queries import BREAKDOWNS
 from aio.dashboard.ranges import TimeRange, parse_range
 from aio.server.deps import State
-from aio.server.errors import APIError, invalid_request
+from aio.api.errors import APIError, invalid_request
 
 STATIC = Path(__file__).parent / "static"
 STATIC_FILES = {"chart.umd.js": "text/javascript", "dashboard.js": "text/javascript", "dashboard.css": "text/css",

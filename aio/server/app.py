@@ -4,22 +4,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import AsyncIterator
 
 from fastapi import FastAPI
 
-from aio.chat import ChatService
+from aio.chat.service import ChatService
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
 from aio.db.migrate import ensure_schema
 from aio.metrics import Metrics
-from aio.routing import Classifier, Router, RouterWatcher, load_classifier
+from aio.routing import Router, RouterWatcher, load_classifier
 from aio.server.auth import Authenticator, is_loopback
 from aio.server.body_limit import BodyLimitMiddleware
 from aio.server.errors import install_error_handlers
-from aio.settings import Settings, TierSettings
+from aio.server.state import AppState
+from aio.settings import REFERENCE_TIER, Settings, TierSettings
 from aio.tier_loader import build_pool
 from tiers.pool import TierPool
 
@@ -28,27 +28,6 @@ logger = logging.getLogger("aio.server")
 
 class StartupError(RuntimeError):
     """The server cannot start with these settings: the message says why and what to do."""
-
-
-@dataclass
-class AppState:
-    settings: Settings
-    tier_settings: dict[str, TierSettings]
-    pool: TierPool
-    router: Router
-    service: ChatService
-    log_writer: LogWriter
-    keys: KeyStore
-    auth: Authenticator
-    metrics: Metrics
-    db: object  # sqlalchemy Engine
-    watch_task: asyncio.Task
-    monitor: object | None = None  # quality_monitor.QualityMonitor
-    prune_task: asyncio.Task | None = None  # deletes raw rows past raw_retention_days
-
-    @property
-    def classifier(self) -> Classifier:
-        return self.router.classifier  # may be swapped at run time
 
 
 def _prepare_database(settings: Settings):
@@ -125,7 +104,7 @@ def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, rou
                    metrics: Metrics):
     """The quality monitor inside the server (monitor_mode = "serve"): replays on the largest tier."""
     reference = pool.tiers[-1]
-    if settings.monitor_mode != "serve" or len(pool) < 2 or reference.name != "large":
+    if settings.monitor_mode != "serve" or len(pool) < 2 or reference.name != REFERENCE_TIER:
         return None
     from aio.monitoring import MonitorCollector, SqlVerdictStore, build_monitor
 

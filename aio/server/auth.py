@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from aio.api.errors import APIError
 from aio.db.database import DatabaseError
 from aio.db.keys import ApiKeyInfo, KeyStore
-from aio.server.errors import APIError
 
 OPEN_CHECK_TTL_S = 2.0  # how long "no keys exist" is believed before the DB is asked again
 

@@ -6,7 +6,7 @@ import json
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from aio.server.errors import APIError
+from aio.api.errors import APIError
 
 
 class BodyTooLarge(HTTPException):

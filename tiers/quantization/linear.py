@@ -5,7 +5,9 @@ The kernel is chosen once, when the layer is built on its device:
 - int4 on CPU: torch's `_weight_int4pack_mm_for_cpu` (bf16 activations; needs out_features % 16 == 0 and a group
   size of 32/64/128/256);
 - int8 on CPU: torch's `_weight_int8pack_mm` (bf16 activations: float32 activations take a path ~10x slower);
-- anything else (CUDA, odd shapes, a torch without the op): dequantize the weight and matmul ("dequant").
+- int4 on CUDA with triton importable: the Triton W4A16 kernel (tiers.quantization.triton_w4a16; group sizes that
+  are multiples of 32);
+- anything else (int8 on CUDA, odd shapes, a torch without the op): dequantize the weight and matmul ("dequant").
 Callers pass and get back their own dtype (float32 or bf16): the kernels' bf16 cast happens inside.
 """
 from __future__ import annotations
@@ -30,6 +32,14 @@ def _int4_cpu_kernel_ok(weight: Int4Weight) -> bool:
             and n % 16 == 0 and k % 2 == 0 and weight.group_size in INT4_CPU_GROUP_SIZES)
 
 
+def _triton_w4a16_ok(weight: Int4Weight) -> bool:
+    try:  # imports triton: only asked for CUDA layers
+        from tiers.quantization.triton_w4a16 import w4a16_supported
+    except ImportError:
+        return False
+    return w4a16_supported(weight)
+
+
 def _int8_cpu_kernel_ok(weight: Int8Weight) -> bool:
     return hasattr(torch.ops.aten, "_weight_int8pack_mm")
 
@@ -48,8 +58,11 @@ class QuantizedLinear(nn.Module):
         self.group_size = weight.group_size if isinstance(weight, Int4Weight) else None
         if kernel is None:
             kernel = self._pick_kernel(weight, device)
-        elif kernel not in ("dequant", "cpu_int4pack", "cpu_int8pack"):
+        elif kernel not in ("dequant", "cpu_int4pack", "cpu_int8pack", "triton_w4a16"):
             raise QuantizationError(f"unknown kernel {kernel!r}")
+        elif kernel == "triton_w4a16" and not (isinstance(weight, Int4Weight) and _triton_w4a16_ok(weight)):
+            raise QuantizationError("the triton_w4a16 kernel takes int4 weights with a group size multiple of 32 "
+                                    "(and needs triton)")
         self.kernel = kernel
         self.device = device
         if kernel == "cpu_int4pack":
@@ -74,6 +87,8 @@ class QuantizedLinear(nn.Module):
 
     @staticmethod
     def _pick_kernel(weight: Int4Weight | Int8Weight, device: torch.device) -> str:
+        if device.type == "cuda" and isinstance(weight, Int4Weight) and _triton_w4a16_ok(weight):
+            return "triton_w4a16"
         if device.type != "cpu":
             return "dequant"
         if isinstance(weight, Int4Weight):
@@ -88,7 +103,7 @@ class QuantizedLinear(nn.Module):
     def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The float [N, K] weight the layer computes with (for the packed kernels: read back through the kernel
         with an identity input, so bf16-rounded)."""
-        if self.kernel == "dequant":
+        if self.kernel in ("dequant", "triton_w4a16"):  # the Triton kernel computes with exactly these values
             return self._dequant(dtype)
         eye = torch.eye(self.in_features, dtype=torch.bfloat16, device=self.qweight.device)
         return self._kernel_matmul(eye).t().to(dtype).contiguous()
@@ -115,6 +130,10 @@ class QuantizedLinear(nn.Module):
                 y = F.linear(x, self.qweight.to(x.dtype)) * self.scales.to(x.dtype)
             else:
                 y = F.linear(x, self._dequant(x.dtype))
+        elif self.kernel == "triton_w4a16":
+            from tiers.quantization.triton_w4a16 import w4a16_matmul
+
+            y = w4a16_matmul(x, Int4Weight(self.qweight, self.scales, self.mins, self.group_size))
         else:
             x2 = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
             y = self._kernel_matmul(x2).view(*x.shape[:-1], self.out_features).to(x.dtype)

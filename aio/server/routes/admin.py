@@ -6,9 +6,9 @@ import dataclasses
 
 from fastapi import APIRouter, Depends
 
+from aio.api.errors import APIError
+from aio.api.schemas import CreateKeyRequest
 from aio.server.deps import State, admin_key
-from aio.server.errors import APIError
-from aio.server.schemas import CreateKeyRequest
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(admin_key)])
 

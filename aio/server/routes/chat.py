@@ -4,10 +4,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from aio.chat import RequestContext
+from aio.api.errors import APIError
+from aio.api.schemas import ChatCompletionRequest
+from aio.chat.context import RequestContext
 from aio.server.deps import ApiKey, State
-from aio.server.errors import APIError
-from aio.server.schemas import ChatCompletionRequest
+from aio.server.errors import error_response
 
 router = APIRouter()
 
@@ -19,19 +20,19 @@ async def create_chat_completion(body: ChatCompletionRequest, state: State, key:
     try:
         chat = await state.service.prepare(body, ctx)
     except APIError as exc:
-        return exc.response(headers)
+        return error_response(exc, headers)
     if body.stream:
         try:
             opened = await state.service.open(chat)  # refused or failed before the first token: a plain error
         except APIError as exc:
-            return exc.response(headers)
+            return error_response(exc, headers)
         # Headers go out before the answer exists: the cost comes in the usage chunk's `aio` object.
         return StreamingResponse(state.service.stream(opened), media_type="text/event-stream",
                                  headers={**headers, **_tier_headers(opened.chat), "cache-control": "no-cache"})
     try:
         result = await state.service.complete(chat)
     except APIError as exc:
-        return exc.response(headers)
+        return error_response(exc, headers)
     headers.update(_tier_headers(chat))
     headers["x-aio-cost-usd"] = f"{result['aio']['cost_usd']:.10f}"
     return JSONResponse(result, headers=headers)

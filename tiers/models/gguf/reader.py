@@ -17,13 +17,12 @@ import numpy as np
 import torch
 
 from tiers.models.config import ModelConfig, RopeConfig, UnsupportedModelError
+from tiers.models.gguf.file import GGUFError, open_gguf, read_metadata
 from tiers.models.rotary import inverse_frequencies
 from tiers.quantization.int4 import Int4Weight, pack_nibbles
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 PERMUTED_ARCHITECTURES = ("llama", "mistral")  # convert_hf_to_gguf.py permutes q/k rows for these
-# Large arrays are read on demand (tokenizer.py), not into the metadata dict.
-BULK_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
 
 _GLOBAL_NAMES = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm_head"}
 # GGUF block tensor -> (our module under layers.N, shard of a fused parameter or None)
@@ -38,10 +37,6 @@ _INT4_TYPES = ("Q4_0", "Q4_1")
 _IGNORED_TENSORS = ("rope_freqs.weight",)  # llama3 rope scaling, read into the config
 
 
-class GGUFError(UnsupportedModelError):
-    """A GGUF file this engine cannot load; the message names the file and the problem."""
-
-
 @dataclass
 class GGUFCheckpoint:
     path: Path
@@ -53,52 +48,6 @@ class GGUFCheckpoint:
     chat_template: str | None
     metadata: dict[str, Any] = field(repr=False)
     tensor_types: dict[str, str] = field(default_factory=dict, repr=False)  # GGUF name -> type name
-
-
-def open_gguf(path: str | Path):
-    """gguf.GGUFReader over the file, after checking that every tensor's data lies inside it."""
-    from gguf import GGUFReader
-
-    path = Path(path)
-    if not path.is_file():
-        raise GGUFError(f"no GGUF file at {path}")
-    try:
-        reader = GGUFReader(path, "r")
-    except Exception as e:  # the reader raises ValueError, IndexError, struct errors... on a bad header
-        raise GGUFError(f"{path} is not a readable GGUF file (truncated or corrupt?): {type(e).__name__}: {e}") from e
-    size = path.stat().st_size
-    for t in reader.tensors:
-        end = int(t.data_offset) + int(t.n_bytes)
-        if end > size or t.data.size * t.data.itemsize != int(t.n_bytes):
-            raise GGUFError(f"{path} is truncated: tensor {t.name!r} needs bytes up to {end}, the file has {size}")
-    return reader
-
-
-def read_metadata(reader) -> dict[str, Any]:
-    """Every key-value pair except the tokenizer's large arrays (see BULK_KEYS)."""
-    metadata: dict[str, Any] = {}
-    for key, f in reader.fields.items():
-        if key in BULK_KEYS:
-            continue
-        try:
-            metadata[key] = f.contents()
-        except Exception as e:
-            raise GGUFError(f"unreadable metadata value {key!r}: {type(e).__name__}: {e}") from e
-    return metadata
-
-
-def string_array(reader, key: str) -> list[str] | None:
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    return [bytes(f.parts[i]).decode("utf-8", errors="replace") for i in f.data]
-
-
-def number_array(reader, key: str) -> list | None:
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    return np.concatenate([f.parts[i] for i in f.data]).tolist() if len(f.data) else []
 
 
 def architecture_of(metadata: dict[str, Any], path: Path | str = "") -> str:

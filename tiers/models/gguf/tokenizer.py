@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tiers.models.gguf.reader import GGUFError, number_array, string_array
+from tiers.models.gguf.file import GGUFError, number_array, string_array
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from aio.server.errors import invalid_request
+from aio.api.errors import invalid_request
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 

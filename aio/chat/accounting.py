@@ -1,0 +1,120 @@
+"""What a finished (or refused) request leaves behind: Prometheus metrics, its SQL log record, and, when it
+went well, a candidate for the quality monitor."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Protocol
+
+from aio.api.errors import APIError
+from aio.api.schemas import ChatCompletionRequest
+from aio.chat.context import GenerationState, PreparedChat, RequestContext
+from aio.chat.openai_shapes import finish_reason
+from aio.db.records import RequestRecord
+from aio.metrics import Metrics
+from aio.routing import Router
+from aio.settings import Prices
+
+logger = logging.getLogger(__name__)
+
+NO_PRICES = Prices(0.0, 0.0)
+
+
+class RequestLog(Protocol):
+    def submit(self, record: RequestRecord) -> None: ...
+
+
+class Accounting:
+    def __init__(self, router: Router, prices: dict[str, Prices], baseline_prices: Prices, log: RequestLog,
+                 metrics: Metrics, log_prompts: bool = True) -> None:
+        self.router = router
+        self.prices = prices
+        self.baseline_prices = baseline_prices  # the largest tier's: the all-large baseline
+        self.log = log
+        self.metrics = metrics
+        self.log_prompts = log_prompts
+        self.monitor: Any = None  # a quality_monitor.QualityMonitor: finished answers are offered to it
+
+    def costs(self, chat: PreparedChat, state: GenerationState) -> tuple[float, float]:
+        """The request's cost on its tier and what the largest tier would have charged for the same tokens."""
+        tokens = (state.prompt_tokens(chat), state.completion_tokens)
+        return self.prices.get(chat.tier.name, NO_PRICES).cost(*tokens), self.baseline_prices.cost(*tokens)
+
+    def rejected(self, body: ChatCompletionRequest, ctx: RequestContext, error: APIError) -> None:
+        self._submit(RequestRecord(
+            request_id=ctx.request_id, status="rejected", created_at=ctx.created_at, key_id=ctx.key_id,
+            user=body.user, prompt=self._redact(json.dumps([m.model_dump() for m in body.messages])),
+            latency_ms=(time.perf_counter() - ctx.arrived) * 1000, stream=bool(body.stream),
+            num_choices=body.n or 1, http_status=error.status_code, error=error.message))
+        self.metrics.requests.labels("none", "none", "rejected").inc()
+
+    def finished(self, chat: PreparedChat, state: GenerationState) -> None:
+        latency_s = time.perf_counter() - chat.ctx.arrived
+        costs = self.costs(chat, state)
+        self._observe(chat, state, costs, latency_s)
+        if self.monitor is not None and state.status == "ok" and chat.decision is not None:
+            self._offer(chat, state.choices[0].text)
+        self._submit(self._record(chat, state, costs, latency_s))
+
+    def _observe(self, chat: PreparedChat, state: GenerationState, costs: tuple[float, float],
+                 latency_s: float) -> None:
+        tier, metrics = chat.tier, self.metrics
+        labels = (tier.name, tier.model)
+        metrics.requests.labels(tier.name, chat.decision.reason, state.status).inc()
+        metrics.prompt_tokens.labels(*labels).inc(state.prompt_tokens(chat))
+        metrics.generation_tokens.labels(*labels).inc(state.completion_tokens)
+        metrics.cost.labels(tier.name).inc(costs[0])
+        metrics.baseline_cost.labels(tier.name).inc(costs[1])
+        metrics.e2e.labels(*labels).observe(latency_s)
+        if state.queue_ms is not None:
+            metrics.queue_time.labels(*labels).observe(state.queue_ms / 1000)
+        if state.first_token_at is not None:
+            metrics.ttft.labels(*labels).observe(state.first_token_at - chat.ctx.arrived)
+        for choice in state.choices:
+            if choice.finish_reason is not None:
+                metrics.request_success.labels(*labels, finish_reason(choice.finish_reason)).inc()
+
+    def _record(self, chat: PreparedChat, state: GenerationState, costs: tuple[float, float],
+                latency_s: float) -> RequestRecord:
+        tier, ctx, decision, first = chat.tier, chat.ctx, chat.decision, state.choices[0]
+        ttft_ms = None if state.first_token_at is None else (state.first_token_at - ctx.arrived) * 1000
+        return RequestRecord(
+            request_id=ctx.request_id, status=state.status, created_at=ctx.created_at, tier=tier.name,
+            model=tier.model, routing_reason=decision.reason, classifier_version=decision.classifier_version,
+            routing_score=decision.score, tier_scores=list(decision.scores) if decision.scores else None,
+            quality=self._logged_quality(chat), key_id=ctx.key_id, user=chat.body.user,
+            prompt=self._redact(json.dumps(chat.messages)), answer=self._redact(first.text),
+            prompt_tokens=state.prompt_tokens(chat), completion_tokens=state.completion_tokens,
+            cost_usd=costs[0], baseline_cost_usd=costs[1], ttft_ms=ttft_ms, latency_ms=latency_s * 1000,
+            itl_ms=state.mean_inter_token_ms(), queue_ms=state.queue_ms,
+            finish_reason=finish_reason(first.finish_reason) if first.finish_reason else None,
+            stream=bool(chat.body.stream), num_choices=len(state.choices), http_status=state.http_status,
+            error=state.error)
+
+    def _logged_quality(self, chat: PreparedChat) -> float | None:
+        """The request's own quality knob, else the router's (none for an explicitly named model)."""
+        if chat.quality is not None:
+            return chat.quality
+        return self.router.quality if chat.decision.reason != "explicit" else None
+
+    def _offer(self, chat: PreparedChat, answer: str) -> None:
+        from quality_monitor import Candidate
+
+        quality = self.router.quality if chat.quality is None else chat.quality
+        threshold = quality + self.router.offsets.get(chat.tier.name, 0.0)
+        try:
+            self.monitor.offer(Candidate(chat.ctx.request_id, chat.tier.name, chat.messages, answer,
+                                         chat.params[0].max_tokens, chat.decision.score, threshold,
+                                         chat.decision.classifier_version))
+        except Exception:  # verification is best effort: never fail the request over it
+            logger.exception("offering request %s to the quality monitor failed", chat.ctx.request_id)
+
+    def _submit(self, record: RequestRecord) -> None:
+        try:
+            self.log.submit(record)
+        except Exception:  # e.g. the writer closed during shutdown: never fail the request over its log line
+            logger.exception("request %s could not be queued for the SQL log", record.request_id)
+
+    def _redact(self, text: str | None) -> str | None:
+        return text if self.log_prompts else None

@@ -1,0 +1,96 @@
+"""The plain data of one chat request as it goes through the service."""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, AsyncIterator
+
+from aio.api.schemas import ChatCompletionRequest
+from aio.db.records import utcnow
+from aio.routing import RoutingDecision
+from tiers.engine.sampling_params import SamplingParams
+from tiers.pool import ChatChunk, Tier
+
+
+@dataclass
+class RequestContext:
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    key_id: int | None = None
+    arrived: float = field(default_factory=time.perf_counter)
+    created_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass
+class PreparedChat:
+    """A validated, routed request, ready to generate."""
+    ctx: RequestContext
+    body: ChatCompletionRequest
+    messages: list[dict[str, str]]
+    tier: Tier
+    decision: RoutingDecision
+    quality: float | None
+    num_prompt_tokens: int
+    params: list[SamplingParams]  # one per choice
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def response_id(self) -> str:
+        return f"chatcmpl-{self.ctx.request_id}"
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The completion tokens the client asked for (None: up to the context)."""
+        return self.body.max_completion_tokens or self.body.max_tokens
+
+
+@dataclass
+class ChoiceState:
+    text: str = ""
+    num_tokens: int = 0
+    finish_reason: str | None = None
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    num_cached_tokens: int = 0
+
+
+@dataclass
+class GenerationState:
+    """What a request produced so far; turned into the log record however it ends."""
+    choices: list[ChoiceState]
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    first_choice_tokens_after_first: int = 0  # the first choice's tokens after its first chunk (inter-token latency)
+    first_choice_started_at: float | None = None
+    queue_ms: float | None = None  # reported by the tier on a chunk (`queue_time_s`), when it knows it
+    status: str = "ok"
+    error: str | None = None
+    http_status: int = 200
+    num_prompt_tokens: int | None = None  # as the tier counted them (a remote tier's own tokenizer)
+
+    @classmethod
+    def for_chat(cls, chat: PreparedChat) -> GenerationState:
+        return cls([ChoiceState() for _ in chat.params])
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.choices)
+
+    def prompt_tokens(self, chat: PreparedChat) -> int:
+        return self.num_prompt_tokens or chat.num_prompt_tokens
+
+    def mean_inter_token_ms(self) -> float | None:
+        """The first choice's mean time between output tokens (from its first to its last token)."""
+        if self.first_choice_started_at is None or self.last_token_at is None \
+                or self.first_choice_tokens_after_first <= 0:
+            return None
+        return (self.last_token_at - self.first_choice_started_at) * 1000 / self.first_choice_tokens_after_first
+
+
+@dataclass
+class Opened:
+    """A generation that has produced its first chunk (or finished without one: `chunks` and `first` are None)."""
+    chat: PreparedChat
+    state: GenerationState
+    chunks: AsyncIterator[tuple[int, ChatChunk]] | None
+    first: tuple[int, ChatChunk] | None

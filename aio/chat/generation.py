@@ -1,0 +1,104 @@
+"""Generation on the chosen tier: every choice runs concurrently; their chunks fill the GenerationState (text,
+tokens, timings) as they come. Also how a failed generation reads to the client and in the log."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import AsyncIterator
+
+from aio.api.errors import APIError, invalid_request
+from aio.chat.context import ChoiceState, GenerationState, PreparedChat
+from aio.chat.openai_shapes import logprob_entries
+from aio.metrics import Metrics
+from tiers.engine.sampling_params import InvalidRequestError
+from tiers.pool import ChatChunk, Tier, TierUnavailableError
+
+
+async def generate(chat: PreparedChat, state: GenerationState,
+                   metrics: Metrics) -> AsyncIterator[tuple[int, ChatChunk]]:
+    """Runs every choice concurrently and yields (choice index, chunk) as they come."""
+    queue: asyncio.Queue[tuple[int, ChatChunk | BaseException | None]] = asyncio.Queue()
+
+    async def run(index: int) -> None:
+        request_id = chat.ctx.request_id if len(chat.params) == 1 else f"{chat.ctx.request_id}-{index}"
+        try:
+            async for chunk in chat.tier.stream_chat(chat.messages, chat.params[index], request_id):
+                await queue.put((index, chunk))
+            await queue.put((index, None))
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            await queue.put((index, exc))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+
+    tasks = [asyncio.create_task(run(i)) for i in range(len(chat.params))]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            index, item = await queue.get()
+            if item is None:
+                remaining -= 1
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            _time_chunk(chat, state, index, item, metrics)
+            _apply(chat.tier, state.choices[index], item)
+            if item.num_prompt_tokens:
+                state.num_prompt_tokens = item.num_prompt_tokens
+            yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _time_chunk(chat: PreparedChat, state: GenerationState, index: int, chunk: ChatChunk, metrics: Metrics) -> None:
+    """Queue time, first token, and the first choice's inter-token gaps (one observation per token)."""
+    now = time.perf_counter()
+    queue_time_s = getattr(chunk, "queue_time_s", None)
+    if queue_time_s is not None and state.queue_ms is None:
+        state.queue_ms = queue_time_s * 1000
+    if not chunk.num_new_tokens:
+        return
+    if index == 0:
+        if state.first_choice_started_at is None:
+            state.first_choice_started_at = now
+        else:
+            state.first_choice_tokens_after_first += chunk.num_new_tokens
+    if state.first_token_at is None:
+        state.first_token_at = now
+    elif index == 0 and state.last_token_at is not None:
+        gap = (now - state.last_token_at) / chunk.num_new_tokens
+        for _ in range(chunk.num_new_tokens):
+            metrics.inter_token.labels(chat.tier.name, chat.tier.model).observe(gap)
+    if index == 0:
+        state.last_token_at = now
+
+
+def _apply(tier: Tier, choice: ChoiceState, chunk: ChatChunk) -> None:
+    choice.text += chunk.delta_text
+    choice.num_tokens += chunk.num_new_tokens
+    choice.num_cached_tokens = max(choice.num_cached_tokens, chunk.num_cached_tokens)
+    if chunk.logprobs:
+        choice.logprobs.extend(logprob_entries(tier, chunk))
+    if chunk.finish_reason is not None:
+        choice.finish_reason = chunk.finish_reason
+
+
+def record_failure(state: GenerationState, exc: BaseException) -> None:
+    """How a generation that raised `exc` ends in the log: cancelled (the client left) or an error."""
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        state.status, state.http_status = "cancelled", 499
+    else:
+        state.status, state.error = "error", f"{type(exc).__name__}: {exc}"
+        state.http_status = 503 if isinstance(exc, TierUnavailableError) else 500
+
+
+def api_error(exc: BaseException) -> APIError:
+    """What the client is told about a generation that raised `exc`."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, TierUnavailableError):
+        return APIError(503, str(exc), code="tier_unavailable", retry_after_s=exc.retry_after_s)
+    if isinstance(exc, InvalidRequestError):
+        return invalid_request(str(exc))
+    return APIError(500, f"generation failed: {exc}", code="generation_failed")

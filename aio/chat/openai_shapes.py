@@ -1,0 +1,76 @@
+"""OpenAI's response shapes: the chat completion body, the stream's chunks and server-sent events."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aio.chat.context import GenerationState, PreparedChat
+from tiers.pool import ChatChunk, Tier
+
+
+def finish_reason(reason: str) -> str:
+    return "stop" if reason in ("stop", "abort") else reason
+
+
+def sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+def logprob_entries(tier: Tier, chunk: ChatChunk) -> list[dict[str, Any]]:
+    def entry(token_id: int, logprob: float) -> dict[str, Any]:
+        text = tier.token_text(token_id)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    return [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, p) for t, p in lp.top]}
+            for lp in chunk.logprobs or []]
+
+
+def usage(chat: PreparedChat, state: GenerationState) -> dict[str, Any]:
+    cached = max((c.num_cached_tokens for c in state.choices), default=0)
+    prompt_tokens = state.prompt_tokens(chat)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": state.completion_tokens,
+            "total_tokens": prompt_tokens + state.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def aio_fields(chat: PreparedChat, costs: tuple[float, float]) -> dict[str, Any]:
+    """AIO's own `aio` object: where the request went and what it cost against the all-large baseline."""
+    cost, baseline = costs
+    return {"tier": chat.tier.name, "routing_reason": chat.decision.reason, "routing_score": chat.decision.score,
+            "cost_usd": cost, "baseline_cost_usd": baseline, "demo_weights": chat.tier.is_demo}
+
+
+def completion_body(chat: PreparedChat, state: GenerationState, costs: tuple[float, float]) -> dict[str, Any]:
+    choices = [{"index": i, "message": {"role": "assistant", "content": c.text},
+                "logprobs": {"content": c.logprobs} if chat.params[i].logprobs is not None else None,
+                "finish_reason": finish_reason(c.finish_reason or "stop")}
+               for i, c in enumerate(state.choices)]
+    return {"id": chat.response_id, "object": "chat.completion", "created": chat.created, "model": chat.tier.model,
+            "choices": choices, "usage": usage(chat, state), "system_fingerprint": None,
+            "aio": aio_fields(chat, costs)}
+
+
+def chunk_body(chat: PreparedChat, index: int, delta: dict[str, Any], reason: str | None, include_usage: bool,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    chunk = {"id": chat.response_id, "object": "chat.completion.chunk", "created": chat.created,
+             "model": chat.tier.model,
+             "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}]}
+    if include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def usage_chunk_body(chat: PreparedChat, state: GenerationState, costs: tuple[float, float]) -> dict[str, Any]:
+    return {"id": chat.response_id, "object": "chat.completion.chunk", "created": chat.created,
+            "model": chat.tier.model, "choices": [], "usage": usage(chat, state), "aio": aio_fields(chat, costs)}
+
+
+def stream_events(chat: PreparedChat, index: int, chunk: ChatChunk, include_usage: bool) -> list[str]:
+    """The events one tier chunk makes: a content delta (with its logprobs) and the choice's finish."""
+    events = []
+    if chunk.delta_text or chunk.logprobs:
+        logprobs = {"content": logprob_entries(chat.tier, chunk)} if chunk.logprobs else None
+        events.append(sse(chunk_body(chat, index, {"content": chunk.delta_text}, None, include_usage, logprobs)))
+    if chunk.finish_reason is not None:
+        events.append(sse(chunk_body(chat, index, {}, finish_reason(chunk.finish_reason), include_usage)))
+    return events

@@ -1,0 +1,202 @@
+"""ChatService: the orchestrator. Validates and routes a request (prepare), starts it on its tier with fallback
+(open), and serves it whole (complete) or as server-sent events (stream); each request is accounted once."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator
+
+from aio.api.errors import APIError, invalid_request
+from aio.api.schemas import ChatCompletionRequest
+from aio.chat.accounting import Accounting, RequestLog
+from aio.chat.context import GenerationState, Opened, PreparedChat, RequestContext
+from aio.chat.generation import api_error, generate, record_failure
+from aio.chat.messages import normalize_messages
+from aio.chat.openai_shapes import chunk_body, completion_body, sse, stream_events, usage_chunk_body
+from aio.chat.tier_selection import TierSelector
+from aio.metrics import Metrics
+from aio.routing import ClassifierBatcher, Router, RoutingDecision
+from aio.settings import Prices, TierSettings
+from classifier.features import messages_to_text
+from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
+from tiers.pool import ChatChunk, TierPool
+
+QUEUE_FULL_RETRY_AFTER_S = 1.0
+
+
+class ChatService:
+    def __init__(self, pool: TierPool, router: Router, tier_settings: dict[str, TierSettings], log: RequestLog,
+                 metrics: Metrics, log_prompts: bool = True, max_concurrent_requests: int = 1024,
+                 queue_timeout_s: float = 60.0, tier_retry_after_s: float = 5.0) -> None:
+        self.pool = pool
+        self.router = router
+        self.metrics = metrics
+        self.max_queue = {name: t.max_queue for name, t in tier_settings.items()}
+        self.max_concurrent_requests = max_concurrent_requests
+        self.queue_timeout_s = queue_timeout_s
+        self.classifier_batcher = ClassifierBatcher()
+        self.tiers = TierSelector(pool, tier_retry_after_s)
+        prices = {name: t.prices for name, t in tier_settings.items()}
+        self.accounting = Accounting(router, prices, prices[pool.tiers[-1].name], log, metrics, log_prompts)
+        self._in_flight = 0  # opened and not finished
+
+    @property
+    def prices(self) -> dict[str, Prices]:
+        return self.accounting.prices
+
+    @property
+    def log_prompts(self) -> bool:
+        return self.accounting.log_prompts
+
+    @log_prompts.setter
+    def log_prompts(self, value: bool) -> None:
+        self.accounting.log_prompts = value
+
+    @property
+    def monitor(self) -> Any:
+        """A quality_monitor.QualityMonitor that finished answers are offered to, or None."""
+        return self.accounting.monitor
+
+    @monitor.setter
+    def monitor(self, monitor: Any) -> None:
+        self.accounting.monitor = monitor
+
+    # ---- routing ------------------------------------------------------------------------------------------
+
+    async def prepare(self, body: ChatCompletionRequest, ctx: RequestContext) -> PreparedChat:
+        """Validates and routes; raises APIError (and logs the rejection) when the request cannot be served."""
+        try:
+            return await self._prepare(body, ctx)
+        except APIError as exc:
+            self.accounting.rejected(body, ctx, exc)
+            raise
+
+    async def _prepare(self, body: ChatCompletionRequest, ctx: RequestContext) -> PreparedChat:
+        messages = normalize_messages(body.messages)
+        max_tokens = body.max_completion_tokens or body.max_tokens
+        if body.top_logprobs is not None and not body.logprobs:
+            raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
+        decision = await self._route(body, messages)
+        if self._in_flight >= self.max_concurrent_requests:
+            raise APIError(429, f"the server is at its limit of {self.max_concurrent_requests} concurrent requests; "
+                                "retry later", code="server_busy", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+        selection = await self.tiers.select(decision, messages, max_tokens)
+        tier = selection.tier
+        if tier.load().num_waiting >= self.max_queue.get(tier.name, 256):
+            raise APIError(429, f"tier {tier.name} has too many queued requests; retry later", code="queue_full",
+                           retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+        max_tokens = max_tokens or tier.max_model_len - selection.num_prompt_tokens
+        params = [sampling_params(body, max_tokens, i) for i in range(body.n or 1)]
+        return PreparedChat(ctx, body, messages, tier, selection.decision, body.aio_quality,
+                            selection.num_prompt_tokens, params)
+
+    async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]]) -> RoutingDecision:
+        """`auto`: the classifier's choice; otherwise the tier the model names."""
+        if body.model == "auto":
+            classifier = self.router.classifier  # may be swapped meanwhile: decide with the one that scored
+            proba = await self.classifier_batcher.predict(classifier, messages_to_text(messages))
+            return self.router.decide(proba, body.aio_quality, classifier)
+        tier = self.pool.find(body.model)
+        if tier is None:
+            names = ["auto"] + [t.name for t in self.pool] + [t.model for t in self.pool]
+            raise APIError(404, f"the model {body.model!r} does not exist; models: {', '.join(names)}",
+                           param="model", code="model_not_found")
+        return RoutingDecision(tier.name, "explicit")
+
+    # ---- generation ---------------------------------------------------------------------------------------
+
+    async def open(self, chat: PreparedChat) -> Opened:
+        """Starts generating and waits for the first chunk. A tier that fails before answering is marked down
+        and the request falls back to the next larger tier that is up; past `queue_timeout_s` without a first
+        chunk the request is refused (503), not served late. Raises APIError (the request is logged)."""
+        self._in_flight += 1
+        while True:
+            state = GenerationState.for_chat(chat)
+            chunks = generate(chat, state, self.metrics)
+            try:
+                first = await asyncio.wait_for(anext(chunks), self.queue_timeout_s)
+                return Opened(chat, state, chunks, first)
+            except StopAsyncIteration:
+                return Opened(chat, state, None, None)
+            except asyncio.TimeoutError:
+                error = APIError(503, f"tier {chat.tier.name} did not start answering within "
+                                      f"{self.queue_timeout_s:g} s; retry later", code="queue_timeout",
+                                 retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+            except InvalidRequestError as exc:
+                error = invalid_request(str(exc))
+            except Exception as exc:  # the tier failed before answering: mark it down, try a larger one
+                self.tiers.mark_down(chat.tier.name, exc)
+                fallback = await self.tiers.fall_back(chat.tier, chat.decision, chat.messages, chat.max_tokens)
+                if fallback is not None:
+                    chat.tier, chat.num_prompt_tokens, chat.decision = (fallback.tier, fallback.num_prompt_tokens,
+                                                                        fallback.decision)
+                    continue
+                error = api_error(exc)
+            await chunks.aclose()
+            state.status, state.error, state.http_status = "error", error.message, error.status_code
+            self._finish(chat, state)
+            raise error
+
+    async def complete(self, chat: PreparedChat) -> dict[str, Any]:
+        opened = await self.open(chat)
+        chat, state = opened.chat, opened.state
+        try:
+            if opened.chunks is not None:
+                async for _ in opened.chunks:
+                    pass
+        except BaseException as exc:
+            record_failure(state, exc)
+            raise api_error(exc) from exc
+        finally:
+            self._finish(chat, state)
+        return completion_body(chat, state, self.accounting.costs(chat, state))
+
+    async def stream(self, opened: Opened) -> AsyncIterator[str]:
+        """Server-sent events: the role first, content deltas, a finish chunk per choice, usage if asked, [DONE].
+        `opened` comes from `open`, so a request refused before its first token gets a plain HTTP error."""
+        chat, state = opened.chat, opened.state
+        include_usage = bool(chat.body.stream_options and chat.body.stream_options.include_usage)
+        try:
+            for i in range(len(chat.params)):
+                yield sse(chunk_body(chat, i, {"role": "assistant", "content": ""}, None, include_usage))
+            async for index, chunk in _chunks(opened):
+                for event in stream_events(chat, index, chunk, include_usage):
+                    yield event
+            if include_usage:
+                yield sse(usage_chunk_body(chat, state, self.accounting.costs(chat, state)))
+            yield "data: [DONE]\n\n"
+        except (asyncio.CancelledError, GeneratorExit):
+            state.status, state.http_status = "cancelled", 499  # the client went away
+            raise
+        except Exception as exc:
+            record_failure(state, exc)
+            yield sse(api_error(exc).body())
+            yield "data: [DONE]\n\n"
+        finally:
+            if opened.chunks is not None:
+                await opened.chunks.aclose()
+            self._finish(chat, state)
+
+    def _finish(self, chat: PreparedChat, state: GenerationState) -> None:
+        self._in_flight -= 1
+        self.accounting.finished(chat, state)
+
+
+async def _chunks(opened: Opened) -> AsyncIterator[tuple[int, ChatChunk]]:
+    """The opened generation's chunks, its first one included."""
+    if opened.first is not None:
+        yield opened.first
+    if opened.chunks is not None:
+        async for item in opened.chunks:
+            yield item
+
+
+def sampling_params(body: ChatCompletionRequest, max_tokens: int, choice: int) -> SamplingParams:
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens, temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            seed=None if body.seed is None else body.seed + choice, stop=body.stop,
+            top_k=body.top_k or 0, ignore_eos=bool(body.ignore_eos),
+            logprobs=(body.top_logprobs or 0) if body.logprobs else None)
+    except InvalidRequestError as exc:
+        raise invalid_request(str(exc)) from exc

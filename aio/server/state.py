@@ -1,0 +1,35 @@
+"""What the running server holds (app.state.aio): built by aio.server.app, read by the routes through deps."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from aio.chat.service import ChatService
+from aio.db.keys import KeyStore
+from aio.db.log_writer import LogWriter
+from aio.metrics import Metrics
+from aio.routing import Classifier, Router
+from aio.server.auth import Authenticator
+from aio.settings import Settings, TierSettings
+from tiers.pool import TierPool
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    tier_settings: dict[str, TierSettings]
+    pool: TierPool
+    router: Router
+    service: ChatService
+    log_writer: LogWriter
+    keys: KeyStore
+    auth: Authenticator
+    metrics: Metrics
+    db: object  # sqlalchemy Engine
+    watch_task: asyncio.Task
+    monitor: object | None = None  # quality_monitor.QualityMonitor
+    prune_task: asyncio.Task | None = None  # deletes raw rows past raw_retention_days
+
+    @property
+    def classifier(self) -> Classifier:
+        return self.router.classifier  # may be swapped at run time

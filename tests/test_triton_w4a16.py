@@ -1,0 +1,178 @@
+"""The Triton W4A16 kernel equals x @ Int4Weight.dequantize()^T (interpreter, fp32, on CPU; fp16/bf16 on CUDA),
+rejects what it cannot run, and QuantizedLinear picks it for int4 layers on CUDA only."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiers.quantization import Int4Weight, QuantizationError, QuantizedLinear, pack_nibbles, quantize_int4
+from tiers.quantization import linear as linear_module
+from tiers.quantization.int8 import quantize_int8
+
+triton = pytest.importorskip("triton")
+from tiers.quantization import triton_w4a16  # noqa: E402
+from tiers.quantization.triton_w4a16 import W4A16Config, pick_config, w4a16_matmul  # noqa: E402
+
+# The fp32 tests run in the interpreter on CPU (conftest sets TRITON_INTERPRET=1 where there is no GPU), and as
+# real kernels on a CUDA machine.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def random_int4(n: int, k: int, group: int, seed: int = 0) -> Int4Weight:
+    """Uniform codes (every nibble value, both halves of a byte), positive scales, mins of either sign."""
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
+    scales = torch.rand(n, k // group, generator=g) * 0.1 + 0.01
+    mins = torch.randn(n, k // group, generator=g) * 0.5
+    return Int4Weight(pack_nibbles(codes), scales, mins, group)
+
+
+def reference(x: torch.Tensor, weight: Int4Weight) -> torch.Tensor:
+    return (x.cpu().double() @ weight.dequantize().double().t()).float()
+
+
+def assert_close(y: torch.Tensor, ref: torch.Tensor, rel: float) -> None:
+    torch.testing.assert_close(y.cpu().float(), ref, rtol=rel, atol=rel * ref.abs().max().item())
+
+
+# (M, N, K, group, config): None is the wrapper's own pick. N is never a multiple of the N block except where noted.
+CASES = {
+    "decode_g32": (1, 40, 256, 32, None),
+    "m3_g128": (3, 50, 256, 128, None),
+    "m3_g64_n_multiple": (3, 64, 128, 64, None),
+    "group_larger_than_block_k": (2, 24, 256, 256, W4A16Config(16, 16, 64)),
+    "split_k_uneven": (3, 40, 256, 32, W4A16Config(16, 16, 32, split_k=3)),  # 8 steps: slices of 3, 3, 2
+    "split_k_more_than_steps": (1, 20, 64, 32, W4A16Config(16, 32, 32, split_k=8)),
+    "two_m_tiles": (17, 20, 64, 32, W4A16Config(16, 32, 64)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_matches_dequantized_reference(case):
+    m, n, k, group, config = CASES[case]
+    weight = random_int4(n, k, group, seed=len(case))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(1))
+    y = w4a16_matmul(x.to(DEVICE), weight.to(DEVICE), config)
+    assert y.shape == (m, n) and y.dtype == torch.float32
+    assert_close(y, reference(x, weight), 1e-5)
+
+
+def test_rtn_weight_3d_and_strided_input():
+    """A real RTN weight; x 3-D and a strided view (row stride > K, as a slice of a fused projection's output)."""
+    weight = quantize_int4(torch.randn(36, 128, generator=torch.Generator().manual_seed(2)), 32).to(DEVICE)
+    wide = torch.randn(2, 2, 200, generator=torch.Generator().manual_seed(3), device=DEVICE)
+    x = wide[..., 10:138]
+    y = w4a16_matmul(x, weight)
+    assert y.shape == (2, 2, 36)
+    assert_close(y, reference(x.reshape(-1, 128), weight.to("cpu")).view(2, 2, 36), 1e-5)
+    xt = torch.randn(128, 3, device=DEVICE).t()  # column-major: a K stride of 3
+    assert_close(w4a16_matmul(xt, weight), reference(xt, weight.to("cpu")), 1e-5)
+
+
+def test_no_rows():
+    weight = random_int4(16, 64, 32).to(DEVICE)
+    assert w4a16_matmul(torch.randn(0, 64, device=DEVICE), weight).shape == (0, 16)
+    assert w4a16_matmul(torch.randn(2, 0, 64, device=DEVICE), weight).shape == (2, 0, 16)
+
+
+def test_rejects_what_it_cannot_run():
+    weight = random_int4(16, 64, 32)
+    with pytest.raises(ValueError, match="features"):
+        w4a16_matmul(torch.randn(2, 96), weight)
+    with pytest.raises(ValueError, match="2-D"):
+        w4a16_matmul(torch.randn(64), weight)
+    with pytest.raises(ValueError, match="2-D"):
+        w4a16_matmul(torch.randn(1, 1, 2, 64), weight)
+    with pytest.raises(ValueError, match="group_size"):
+        w4a16_matmul(torch.randn(2, 64), random_int4(16, 64, 16))
+    with pytest.raises(ValueError, match="dtype"):
+        w4a16_matmul(torch.randn(2, 64, dtype=torch.float64), weight)
+    if DEVICE == "cpu":
+        with pytest.raises(ValueError, match="float32 only"):
+            w4a16_matmul(torch.randn(2, 64, dtype=torch.bfloat16), weight)
+    with pytest.raises(ValueError, match="one device"):
+        w4a16_matmul(torch.randn(2, 64, device="meta"), weight)
+    with pytest.raises(ValueError, match="Int4Weight"):
+        w4a16_matmul(torch.randn(2, 64), quantize_int8(torch.randn(16, 64)))
+    x, weight = torch.randn(2, 64, device=DEVICE), weight.to(DEVICE)
+    with pytest.raises(ValueError, match="power of two"):
+        w4a16_matmul(x, weight, W4A16Config(16, 24, 32))
+    with pytest.raises(ValueError, match="too small"):
+        w4a16_matmul(x, weight, W4A16Config(16, 8, 32))
+    with pytest.raises(ValueError, match="split_k"):
+        w4a16_matmul(x, weight, W4A16Config(16, 16, 32, split_k=0))
+
+
+def test_cuda_configs_split_k_only_when_tiles_are_few(monkeypatch):
+    """The CUDA table (checked here without a GPU): Llama-3-8B decode shapes on a 132-SM H100."""
+    monkeypatch.setattr(triton_w4a16, "_interpreting", lambda: False)
+    monkeypatch.setattr(triton_w4a16, "_num_sms", lambda device: 132)
+    cuda = torch.device("cuda")
+    o_proj = pick_config(1, 4096, 4096, 128, cuda)
+    assert (o_proj.block_m, o_proj.split_k) == (16, 8)  # 64 N tiles x 8 slices of 4 K steps
+    assert pick_config(1, 28672, 4096, 128, cuda).split_k == 1  # gate_up: 448 tiles already
+    down = pick_config(1, 4096, 14336, 128, cuda)
+    assert down.split_k == 8 and 14336 // 128 // down.split_k >= 4
+    assert pick_config(1, 4096, 256, 32, cuda).split_k == 2  # short K: every slice keeps >= 4 steps
+    prefill = pick_config(512, 4096, 4096, 128, cuda)
+    assert (prefill.block_m, prefill.block_n, prefill.split_k) == (128, 128, 1)
+
+
+# --- QuantizedLinear's choice ---------------------------------------------------------------------------------
+
+def test_quantized_linear_picks_triton_for_int4_on_cuda_only():
+    pick = QuantizedLinear._pick_kernel
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert pick(random_int4(32, 128, 32), cuda) == "triton_w4a16"
+    assert pick(random_int4(32, 128, 128), cuda) == "triton_w4a16"
+    assert pick(random_int4(32, 128, 16), cuda) == "dequant"  # a group the kernel does not take
+    assert pick(quantize_int8(torch.randn(32, 128)), cuda) == "dequant"
+    assert pick(random_int4(32, 128, 32), cpu) == "cpu_int4pack"
+    assert QuantizedLinear(random_int4(32, 128, 32)).kernel == "cpu_int4pack"  # built on CPU
+
+
+def test_quantized_linear_without_triton_falls_back(monkeypatch):
+    monkeypatch.setattr(linear_module, "_triton_w4a16_ok", lambda weight: False)
+    assert QuantizedLinear._pick_kernel(random_int4(32, 128, 32), torch.device("cuda")) == "dequant"
+
+
+def test_quantized_linear_forward_through_the_kernel():
+    """Forced (on CPU the interpreter runs it): bias, 3-D input, and the weight it reports."""
+    weight = random_int4(40, 128, 64, seed=5)
+    bias = torch.randn(40)
+    layer = QuantizedLinear(weight, bias, device=DEVICE, kernel="triton_w4a16")
+    assert layer.kernel == "triton_w4a16"
+    x = torch.randn(2, 3, 128)
+    ref = reference(x.reshape(-1, 128), weight).view(2, 3, 40) + bias
+    x = x.to(DEVICE)
+    assert_close(layer(x), ref, 1e-5)
+    assert torch.equal(layer.dequantized_weight().cpu(), weight.dequantize())
+    with pytest.raises(QuantizationError, match="triton_w4a16"):
+        QuantizedLinear(random_int4(40, 128, 16), kernel="triton_w4a16")
+    with pytest.raises(QuantizationError, match="triton_w4a16"):
+        QuantizedLinear(quantize_int8(torch.randn(40, 128)), kernel="triton_w4a16")
+
+
+# --- CUDA ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("m", [1, 5, 33, 200])
+@pytest.mark.parametrize("n, k, group", [(1000, 1024, 128), (300, 512, 32), (4096, 4096, 128)])
+def test_cuda_matches_reference(dtype, m, n, k, group):
+    weight = random_int4(n, k, group, seed=m).to("cuda")
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to("cuda", dtype)
+    y = w4a16_matmul(x, weight)
+    assert y.dtype == dtype and y.shape == (m, n)
+    # The reference from the very (rounded) activations the kernel sees; the kernel's own error is the output cast.
+    assert_close(y, reference(x.float(), weight.to("cpu")), 1e-5 if dtype == torch.float32 else 1e-2)
+
+
+@pytest.mark.gpu
+def test_cuda_quantized_linear_uses_the_kernel():
+    weight = quantize_int4(torch.randn(256, 512), 128)
+    layer = QuantizedLinear(weight, torch.randn(256), device="cuda")
+    assert layer.kernel == "triton_w4a16"
+    x = torch.randn(3, 512, device="cuda", dtype=torch.bfloat16)
+    ref = reference(x.float(), weight) + layer.bias.cpu().float()
+    assert_close(layer(x), ref, 1e-2)

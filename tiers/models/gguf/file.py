@@ -1,0 +1,63 @@
+"""Opening a GGUF file and reading its key-value metadata; GGUFError for anything unreadable."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiers.models.config import UnsupportedModelError
+
+# Large arrays are read on demand (tokenizer.py), not into the metadata dict.
+BULK_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
+
+
+class GGUFError(UnsupportedModelError):
+    """A GGUF file this engine cannot load; the message names the file and the problem."""
+
+
+
+def open_gguf(path: str | Path):
+    """gguf.GGUFReader over the file, after checking that every tensor's data lies inside it."""
+    from gguf import GGUFReader
+
+    path = Path(path)
+    if not path.is_file():
+        raise GGUFError(f"no GGUF file at {path}")
+    try:
+        reader = GGUFReader(path, "r")
+    except Exception as e:  # the reader raises ValueError, IndexError, struct errors... on a bad header
+        raise GGUFError(f"{path} is not a readable GGUF file (truncated or corrupt?): {type(e).__name__}: {e}") from e
+    size = path.stat().st_size
+    for t in reader.tensors:
+        end = int(t.data_offset) + int(t.n_bytes)
+        if end > size or t.data.size * t.data.itemsize != int(t.n_bytes):
+            raise GGUFError(f"{path} is truncated: tensor {t.name!r} needs bytes up to {end}, the file has {size}")
+    return reader
+
+
+def read_metadata(reader) -> dict[str, Any]:
+    """Every key-value pair except the tokenizer's large arrays (see BULK_KEYS)."""
+    metadata: dict[str, Any] = {}
+    for key, f in reader.fields.items():
+        if key in BULK_KEYS:
+            continue
+        try:
+            metadata[key] = f.contents()
+        except Exception as e:
+            raise GGUFError(f"unreadable metadata value {key!r}: {type(e).__name__}: {e}") from e
+    return metadata
+
+
+def string_array(reader, key: str) -> list[str] | None:
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    return [bytes(f.parts[i]).decode("utf-8", errors="replace") for i in f.data]
+
+
+def number_array(reader, key: str) -> list | None:
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    return np.concatenate([f.parts[i] for i in f.data]).tolist() if len(f.data) else []
