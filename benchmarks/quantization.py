@@ -49,7 +49,9 @@ SYSTEMS = {  # name -> Engine.from_pretrained options
     "bf16": dict(quantization=None, dtype="bfloat16"),
     "int8": dict(quantization="int8"),
     "int4": dict(quantization="int4"),
+    "int4+lm8": dict(quantization="int4", quantize_lm_head=True),  # the lm_head / tied embedding INT8 too
 }
+SERVING_SYSTEM = "int4+lm8"  # serves the concurrent batch; its memory is measured too
 LLAMA_CPP = "llama.cpp"
 COMMON = dict(max_model_len=1024, max_num_batched_tokens=2048)
 DECODE_KV_BYTES = 64 << 20
@@ -155,7 +157,7 @@ def prefill_logits(model, token_ids: list[int]) -> torch.Tensor:
 
     c, n, block = model.config, len(token_ids), 16
     blocks = -(-n // block)
-    dtype = model.embed_tokens.weight.dtype
+    dtype = model.norm.weight.dtype
     shape = (blocks, block, c.num_kv_heads, c.head_dim)
     kv = [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in model.layers]
     layout = BatchLayout([list(range(blocks))], [n], [0, n], list(range(n)), block)
@@ -251,7 +253,7 @@ def main() -> None:
     engines = {}
     for name in systems:
         start = time.perf_counter()
-        kv_bytes = SERVE_KV_BYTES if name == "int4" else DECODE_KV_BYTES  # int4 also serves the batch
+        kv_bytes = SERVE_KV_BYTES if name == SERVING_SYSTEM else DECODE_KV_BYTES  # it also serves the batch
         engines[name] = Engine(checkpoint, _config(SYSTEMS[name], kv_bytes))
         print(f"loaded {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     vocab = engines[systems[0]].model_config.vocab_size
@@ -284,10 +286,11 @@ def main() -> None:
             worker.close()
         results["decode"][t] = _decode_summary(runs, args.repeats)
 
-    if not args.no_serving and "int4" in engines:
+    if not args.no_serving and SERVING_SYSTEM in engines:
         results["serving"] = _serving(engines, path, python, threads[0], args)
     results["agreement"] = top1_agreement(engines, 256) if "fp32" in engines else {}
-    results["memory"] = run_memory_probe(path, "int4")
+    results["memory"] = [m for m in (run_memory_probe(path, s) for s in ("int4", SERVING_SYSTEM)
+                                     if s in engines) if m]
     results["load_average_after"] = os.getloadavg()
     _print_table(results, threads, names)
     print(json.dumps(results))
@@ -322,21 +325,21 @@ def _decode_summary(runs: dict[str, list[dict[str, Any]]], repeats: int) -> dict
 
 def _serving(engines: dict[str, Any], path: Path, python: str | None, threads: int, args) -> dict[str, Any]:
     torch.set_num_threads(threads)
-    serve_engine = engine = engines["int4"]
+    serve_engine = engine = engines[SERVING_SYSTEM]
     requests = serving_requests(engine.model_config.vocab_size, args.requests, args.seed)
     worker = LlamaCppWorker(python, path, threads) if python else None
     engine_serve(serve_engine, requests[:2])
     ours, theirs = [], []
     for rep in range(args.repeats):
         ours.append(engine_serve(serve_engine, requests))
-        print(f"serving repeat {rep + 1}: int4 engine {ours[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+        print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine {ours[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
         if worker:
             theirs.append(worker.ask(cmd="serve", requests=requests))
             print(f"serving repeat {rep + 1}: llama.cpp {theirs[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
     if worker:
         worker.close()
-    out = {"threads": threads, "requests": len(requests), "output_tokens": ours[0]["output_tokens"],
-           "int4_tokens_per_s": median([r["tokens_per_s"] for r in ours])}
+    out = {"system": SERVING_SYSTEM, "threads": threads, "requests": len(requests),
+           "output_tokens": ours[0]["output_tokens"], "engine_tokens_per_s": median([r["tokens_per_s"] for r in ours])}
     if theirs:
         out["llama_cpp_sequential_tokens_per_s"] = median([r["tokens_per_s"] for r in theirs])
         out["ratio"] = median([a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours, theirs)])
@@ -359,14 +362,13 @@ def _print_table(results: dict[str, Any], threads: list[int], names: list[str]) 
     s = results.get("serving")
     if s:
         line = (f"\nserving {s['requests']} requests ({s['output_tokens']} output tokens), {s['threads']} threads: "
-                f"int4 engine (continuous batching) {s['int4_tokens_per_s']:.1f} tok/s")
+                f"{s['system']} engine (continuous batching) {s['engine_tokens_per_s']:.1f} tok/s")
         if "ratio" in s:
             line += (f", llama.cpp one after another {s['llama_cpp_sequential_tokens_per_s']:.1f} tok/s: "
                      f"{s['ratio']:.2f}x")
         print(line)
-    m = results.get("memory")
-    if m:
-        print(f"int4 engine: weights {m['weight_bytes'] / 1e6:.1f} MB (parameters + buffers); process RSS growth "
+    for m in results.get("memory") or []:
+        print(f"{m['system']} engine: weights {m['weight_bytes'] / 1e6:.1f} MB (parameters + buffers); process RSS growth "
               f"{m['rss_delta_bytes'] / 1e6:.1f} MB, of which KV pool {m['kv_bytes'] / 1e6:.1f} MB")
 
 

@@ -147,6 +147,34 @@ class QuantizedLinear(nn.Module):
                 f"kernel={self.kernel}, bias={self.bias is not None}")
 
 
+class QuantizedEmbedding(nn.Module):
+    """An embedding read from INT8 rows and per-row scales, e.g. the buffers of a tied INT8 lm_head (shared, not
+    copied): row = qweight[id] * scale[id], in `dtype`."""
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = qweight.shape
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scales", scales)
+        self.dtype = dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.qweight).to(self.dtype) * self.scales[ids].unsqueeze(-1).to(self.dtype)
+
+
+def quantize_lm_head(model: nn.Module, dtype: torch.dtype) -> str:
+    """model.lm_head as per-channel INT8 (QuantizedLinear); a tied embed_tokens becomes a QuantizedEmbedding over
+    the same buffers, so the float matrix is freed. Returns the lm_head's kernel."""
+    head = model.lm_head
+    tied = model.embed_tokens.weight is head.weight
+    with torch.no_grad():
+        quantized = quantize_linear(head, "int8")
+    model.lm_head = quantized
+    if tied:  # the same buffers (scales in the kernel's dtype): no float copy of the matrix stays
+        model.embed_tokens = QuantizedEmbedding(quantized.qweight, quantized.scales, dtype)
+    return quantized.kernel
+
+
 def quantize_linear(linear: nn.Linear, mode: str, group_size: int = 128, kernel: str | None = None
                     ) -> QuantizedLinear:
     if mode == "int4":
