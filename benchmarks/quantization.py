@@ -13,8 +13,9 @@ they are, bf16 activations).
   the median over repeats: the machine is shared, so absolute numbers drift and ratios hold better.
 - serving (first thread count only): 32 seeded requests, prompts of 16-256 random tokens, outputs of 16-128
   tokens, ignore_eos: our INT4 engine serves them all at once (continuous batching), llama.cpp one after another.
-- memory: the INT4 engine's resident weights (parameter + buffer bytes, tied ones once, rotary tables excluded)
-  and the RSS growth of a fresh process that builds it (KV pool of 64 MiB, its bytes shown apart).
+- memory: the INT4 engines' resident weights (parameter + buffer bytes, tied ones once, rotary tables excluded),
+  the RSS growth of a fresh process that builds one (after the imports; KV pool of 64 MiB, shown apart), and the
+  RSS given back when it is dropped again.
 - agreement: top-1 agreement of every system's next-token logits with fp32's, teacher-forced over fp32's own
   greedy continuation of a chat prompt (a few hundred positions).
 
@@ -184,26 +185,38 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _trimmed_rss() -> int:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap pages (the parsed file, load temporaries) back
+    except OSError:
+        pass
+    return _rss_bytes()
+
+
 def memory_probe(path: Path, system: str) -> dict[str, Any]:
-    """Run in a fresh process: the RSS growth of building the engine (after imports) and its weight bytes."""
+    """Run in a fresh process. rss_delta: RSS growth from building the engine and generating a few tokens, from a
+    baseline taken after the imports the load needs (torch, tiers, transformers for the tokenizer);
+    engine_rss: what dropping the engine gives back (its resident memory, allocator leftovers excluded)."""
     from tiers import Engine, SamplingParams
     from tiers.models.assemble import weight_bytes
 
+    try:
+        import transformers  # noqa: F401  (the GGUF tokenizer's backend: an import, not the engine's memory)
+    except ImportError:
+        pass
     torch.set_num_threads(1)
     torch.zeros(1) @ torch.zeros(1)
-    gc.collect()
-    before = _rss_bytes()
+    before = _trimmed_rss()
     engine = Engine.from_pretrained(str(path), kv_cache_bytes=DECODE_KV_BYTES, **COMMON, **SYSTEMS[system])
     engine.generate([[100, 200, 300]], SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # return the load's freed buffers (the parsed file) to the OS
-    except OSError:
-        pass
+    after = _trimmed_rss()
     kv = engine.runner.kv_cache
-    return {"system": system, "weight_bytes": weight_bytes(engine.runner.model),
-            "rss_delta_bytes": _rss_bytes() - before,
-            "kv_bytes": kv.k_cache.numel() * kv.k_cache.element_size() * 2}
+    out = {"system": system, "weight_bytes": weight_bytes(engine.runner.model), "rss_delta_bytes": after - before,
+           "kv_bytes": kv.k_cache.numel() * kv.k_cache.element_size() * 2}
+    del engine, kv
+    out["engine_rss_bytes"] = after - _trimmed_rss()
+    return out
 
 
 def run_memory_probe(path: Path, system: str) -> dict[str, Any] | None:
@@ -368,8 +381,9 @@ def _print_table(results: dict[str, Any], threads: list[int], names: list[str]) 
                      f"{s['ratio']:.2f}x")
         print(line)
     for m in results.get("memory") or []:
-        print(f"{m['system']} engine: weights {m['weight_bytes'] / 1e6:.1f} MB (parameters + buffers); process RSS growth "
-              f"{m['rss_delta_bytes'] / 1e6:.1f} MB, of which KV pool {m['kv_bytes'] / 1e6:.1f} MB")
+        print(f"{m['system']} engine: weights {m['weight_bytes'] / 1e6:.1f} MB (parameters + buffers); process RSS "
+              f"growth {m['rss_delta_bytes'] / 1e6:.1f} MB, given back when the engine is dropped "
+              f"{m['engine_rss_bytes'] / 1e6:.1f} MB; both include the KV pool, {m['kv_bytes'] / 1e6:.1f} MB")
 
 
 if __name__ == "__main__":

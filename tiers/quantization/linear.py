@@ -120,6 +120,9 @@ class QuantizedLinear(nn.Module):
         return torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (self.kernel in ("cpu_int4pack", "cpu_int8pack") and self.bias is None and x.dtype == torch.bfloat16
+                and x.dim() == 2 and x.shape[1] == self.in_features and x.is_contiguous()):
+            return self._kernel_matmul(x)  # the decode hot path: bf16 rows straight into the kernel, no casts
         if x.shape[-1] != self.in_features:
             raise QuantizationError(f"input has {x.shape[-1]} features, the layer expects {self.in_features}")
         if x.device != self.qweight.device:
