@@ -13,7 +13,7 @@ def prefill_logits(model, token_ids: list[int], block_size: int = 16) -> torch.T
     c = model.config
     n = len(token_ids)
     num_blocks = -(-n // block_size)
-    dtype = model.embed_tokens.weight.dtype
+    dtype = model.norm.weight.dtype  # the activations (embed_tokens may be INT8)
     shape = (num_blocks, block_size, c.num_kv_heads, c.head_dim)
     kv_caches = [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in model.layers]
     if model.rotary is None:

@@ -166,3 +166,23 @@ def test_quantize_model_skips_layers_the_group_does_not_divide():
     assert type(model.layers[0].self_attn.qkv_proj) is nn.Linear
     with pytest.raises(QuantizationError, match="unknown quantization mode"):
         quantize_model(model, "int3")
+
+
+def test_int8_lm_head_shares_its_rows_with_the_tied_embedding():
+    from quant_helpers import prefill_logits
+
+    from tiers.quantization import QuantizedEmbedding, quantize_lm_head
+
+    model = _tiny_model()
+    reference = _tiny_model()
+    reference.load_state_dict(model.state_dict())
+    reference.embed_tokens.weight.data.copy_(quantize_int8(model.embed_tokens.weight).dequantize())
+    ids = [3, 17, 42, 5, 88, 1]
+    expected = prefill_logits(reference, ids)
+    quantize_lm_head(model, torch.float32)
+    assert isinstance(model.lm_head, QuantizedLinear) and model.lm_head.mode == "int8"
+    assert isinstance(model.embed_tokens, QuantizedEmbedding)
+    assert model.embed_tokens.qweight is model.lm_head.qweight  # one copy of the matrix
+    got = prefill_logits(model, ids)
+    assert (got - expected).abs().max() <= 0.03 * expected.abs().max()  # bf16 activations and scales
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))

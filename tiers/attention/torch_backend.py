@@ -143,23 +143,16 @@ def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     num_heads, head_dim = query.shape[1], query.shape[2]
     num_kv_heads = k_cache.shape[2]
     group = num_heads // num_kv_heads
+    if len(meta.decode_groups) == 1 and not meta.prefills and meta.decode_groups[0].q_len == 1:
+        return _decode_attention(query, k_cache, v_cache, meta.decode_groups[0], scale)  # one batch, no copy
     out = torch.empty_like(query)
     for dg in meta.decode_groups:
         # The query heads of one KV head become the query-length axis, so GQA needs no KV repeat.
         n = dg.end - dg.start  # rows
-        if dg.contiguous is not None:
-            first, seq_len = dg.contiguous
-            num_blocks = -(-seq_len // k_cache.shape[1])
-            keys = k_cache[first:first + num_blocks].flatten(0, 1)[:seq_len].transpose(0, 1).unsqueeze(0)
-            values = v_cache[first:first + num_blocks].flatten(0, 1)[:seq_len].transpose(0, 1).unsqueeze(0)
-        else:
-            keys = gather_blocks(k_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)  # [n, Hkv, L, D]
-            values = gather_blocks(v_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)
         if dg.q_len == 1:
-            q = query[dg.start:dg.end].view(n, num_kv_heads, group, head_dim)
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=dg.mask, scale=scale)
-            out[dg.start:dg.end] = o.reshape(n, num_heads, head_dim)
+            out[dg.start:dg.end] = _decode_attention(query[dg.start:dg.end], k_cache, v_cache, dg, scale)
             continue
+        keys, values = _group_kv(k_cache, v_cache, dg)
         # Verification: the chunk's tokens times the query heads of a KV head form the query axis.
         n, t = n // dg.q_len, dg.q_len
         q = query[dg.start:dg.end].view(n, t, num_kv_heads, group, head_dim).transpose(1, 2)
@@ -180,3 +173,29 @@ def paged_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                            scale=scale, enable_gqa=group > 1)
         out[chunk.start:chunk.end] = o.transpose(0, 1)
     return out
+
+
+def _decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, dg: DecodeGroup,
+                      scale: float) -> torch.Tensor:
+    """The attention of a group of single-token decodes, query [n, H, D] (a step of one such group returns it as
+    the whole output: no output buffer and copy)."""
+    n, num_heads, head_dim = query.shape
+    num_kv_heads = k_cache.shape[2]
+    keys, values = _group_kv(k_cache, v_cache, dg)
+    q = query.view(n, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    o = F.scaled_dot_product_attention(q, keys, values, attn_mask=dg.mask, scale=scale)
+    return o.reshape(n, num_heads, head_dim)
+
+
+def _group_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, dg: DecodeGroup) -> tuple[torch.Tensor, torch.Tensor]:
+    """The group's keys and values as [n, Hkv, L, D]: views of the cache for a lone sequence in consecutive blocks,
+    else gathered whole blocks."""
+    if dg.contiguous is not None:
+        first, seq_len = dg.contiguous
+        num_blocks = -(-seq_len // k_cache.shape[1])
+        keys = k_cache[first:first + num_blocks].flatten(0, 1)[:seq_len].transpose(0, 1).unsqueeze(0)
+        values = v_cache[first:first + num_blocks].flatten(0, 1)[:seq_len].transpose(0, 1).unsqueeze(0)
+        return keys, values
+    keys = gather_blocks(k_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)
+    values = gather_blocks(v_cache, dg.block_tables).flatten(1, 2).transpose(1, 2)
+    return keys, values

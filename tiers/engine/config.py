@@ -44,6 +44,10 @@ class EngineConfig:
     # float, with a warning). Quantized models default to bfloat16 on CPU (see `dtype`).
     quantization: str | None = "auto"
     quantization_group_size: int = 128
+    # The output projection (lm_head) as per-channel INT8 too, and a tied embedding read from the same INT8 rows
+    # (half the bytes of bf16; llama.cpp files usually store this tensor as Q8_0). On CPU it is the largest single
+    # matmul of a small model's decode step, and torch's bf16 matmul barely uses a second thread there.
+    quantize_lm_head: bool = False
 
     @classmethod
     def option_names(cls) -> frozenset[str]:

@@ -20,7 +20,7 @@ from tiers.models.llama import LlamaForCausalLM
 from tiers.models.loader import load_model
 from tiers.models.tokenizer import load_tokenizer
 from tiers.quantization.int4 import Int4Weight
-from tiers.quantization.linear import quantize_model
+from tiers.quantization.linear import quantize_lm_head, quantize_model
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,8 @@ class Checkpoint:
         return quantization in ("int4", "int8") or (quantization == "auto" and self.native_int4)
 
     def load_model(self, device: torch.device, dtype: torch.dtype, quantization: str | None = "auto",
-                   group_size: int = 128) -> LlamaForCausalLM:
+                   group_size: int = 128, lm_head_int8: bool = False) -> LlamaForCausalLM:
+        """lm_head_int8: the output projection (and a tied embedding) as INT8 too (EngineConfig.quantize_lm_head)."""
         if quantization not in QUANTIZATION_MODES:
             raise ValueError(f"quantization must be one of {QUANTIZATION_MODES}, got {quantization!r}")
         requantize = quantization in ("int4", "int8")
@@ -71,6 +72,8 @@ class Checkpoint:
                 logger.warning("%s: %d of %d projections stay float under %s (e.g. %s: %s)", self.path,
                                len(skipped), len(report), quantization, *next(iter(skipped.items())))
         cast_float_weights(model, dtype)
+        if lm_head_int8:
+            quantize_lm_head(model, dtype)
         return model
 
 

