@@ -18,6 +18,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def terminate(process: subprocess.Popen, timeout: float = 30.0) -> int:
+    """SIGTERM, then SIGKILL if the process has not exited within `timeout`; returns its exit code."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
 @dataclass
 class LiveServer:
     process: subprocess.Popen
@@ -34,14 +46,7 @@ class LiveServer:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 30.0) -> int:
-        if self.process.poll() is None:
-            self.process.terminate()  # SIGTERM: uvicorn shuts down gracefully, the log writer flushes
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return terminate(self.process, timeout)  # SIGTERM: uvicorn shuts down gracefully, the log writer flushes
 
 
 def aio_command(*args: str) -> list[str]:

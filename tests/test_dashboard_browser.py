@@ -23,7 +23,7 @@ from aio.db import migrate
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.models import Verification
-from tests.servers import start_server
+from tests.servers import start_server, terminate
 from tests.test_dashboard_api import XSS_ANSWER, XSS_PROMPT, make_records, make_verifications, write
 
 ADMIN_KEY = "dashboard-browser-admin-key"
@@ -160,11 +160,7 @@ def browser():
         yield tools
         tools.close()
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        terminate(process, 10)
         shutil.rmtree(user_data, ignore_errors=True)
 
 

