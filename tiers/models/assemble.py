@@ -20,6 +20,25 @@ from tiers.quantization.linear import QuantizedLinear, set_submodule
 Weights = dict[str, "torch.Tensor | Int4Weight"]
 
 
+def fuse_shards(shards: dict[str, dict[int, "torch.Tensor | Int4Weight"]], num_shards: Callable[[str], int],
+                dtype: torch.dtype, path: Path | str = "",
+                error: Callable[[str], Exception] = UnsupportedModelError) -> Weights:
+    """Each fused parameter (qkv_proj, gate_up_proj) from its shards, concatenated along the output rows in shard
+    order: one Int4Weight when every shard is 4-bit, else float in `dtype`. Raises `error` for a missing shard."""
+    fused: Weights = {}
+    for ours, parts in shards.items():
+        expected = num_shards(ours)
+        if sorted(parts) != list(range(expected)):
+            raise error(f"{path}: {ours} is missing parts (has shards {sorted(parts)} of {expected})")
+        ordered = [parts[i] for i in range(expected)]
+        if all(isinstance(p, Int4Weight) for p in ordered):
+            fused[ours] = Int4Weight.cat(ordered)
+        else:
+            fused[ours] = torch.cat([p.dequantize(dtype) if isinstance(p, Int4Weight) else p.to(dtype)
+                                     for p in ordered])
+    return fused
+
+
 def assemble_model(config: ModelConfig, weights: Weights, device: torch.device | str = "cpu",
                    dtype: torch.dtype = torch.float32, path: Path | str = "",
                    error: Callable[[str], Exception] = UnsupportedModelError) -> LlamaForCausalLM:

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from tiers.models.assemble import Weights
+from tiers.models.assemble import Weights, fuse_shards
 from tiers.models.config import ModelConfig, UnsupportedModelError
 from tiers.models.loader import IGNORED_WEIGHT_SUFFIXES, iterate_weights, our_name
 from tiers.quantization.awq import awq_gemm_to_int4
@@ -69,15 +69,7 @@ def load_awq_weights(path: str | Path, config: ModelConfig, dtype: torch.dtype =
         except QuantizationError as e:
             raise AWQError(f"{path}: AWQ layer {module}: {e}") from e
         _put(weights, shards, f"{module}.weight", weight)
-    for ours, parts in shards.items():
-        expected = _FUSED_SHARDS[ours.split(".")[-2]]
-        if sorted(parts) != list(range(expected)):
-            raise AWQError(f"{path}: {ours} is missing parts (has shards {sorted(parts)} of {expected})")
-        ordered = [parts[i] for i in range(expected)]
-        if all(isinstance(p, Int4Weight) for p in ordered):
-            weights[ours] = Int4Weight.cat(ordered)
-        else:
-            weights[ours] = torch.cat([p.dequantize(dtype) if isinstance(p, Int4Weight) else p for p in ordered])
+    weights.update(fuse_shards(shards, lambda ours: _FUSED_SHARDS[ours.split(".")[-2]], dtype, path, AWQError))
     return weights
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tiers.models.assemble import fuse_shards
 from tiers.models.config import ModelConfig, RopeConfig, UnsupportedModelError
 from tiers.models.gguf.file import GGUFError, open_gguf, read_metadata
 from tiers.models.rotary import inverse_frequencies
@@ -221,16 +222,8 @@ def load_weights(reader, config: ModelConfig, keep_int4: bool = True, dtype: tor
             weights[ours] = value if isinstance(value, Int4Weight) else value.to(dtype)
         else:
             shards.setdefault(ours, {})[shard] = value
-    for ours, parts in shards.items():
-        module = ours.split(".", 2)[2].rpartition(".")[0]
-        expected = _FUSED_SHARDS[module]
-        if sorted(parts) != list(range(expected)):
-            raise GGUFError(f"{path}: {ours} is missing parts (has shards {sorted(parts)} of {expected})")
-        ordered = [parts[i] for i in range(expected)]
-        if all(isinstance(p, Int4Weight) for p in ordered):
-            weights[ours] = Int4Weight.cat(ordered)
-        else:
-            weights[ours] = torch.cat([p.dequantize() if isinstance(p, Int4Weight) else p for p in ordered]).to(dtype)
+    weights.update(fuse_shards(shards, lambda ours: _FUSED_SHARDS[ours.split(".", 2)[2].rpartition(".")[0]], dtype,
+                               path, GGUFError))
     return weights
 
 
