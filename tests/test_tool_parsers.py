@@ -1,0 +1,172 @@
+"""Tool-call parsing of a model's streamed text, the tool prompt given to chat templates, and the JSON schemas
+that enforce tool_choice."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tiers.tools.options import ChatOptions
+from tiers.tools.parsers import HermesParser, Llama3JsonParser, NamedCallParser, RequiredCallsParser
+from tiers.tools.prompt import FALLBACK_TOOL_PROMPT, TemplateTools, render_messages
+from tiers.tools.tool_choice import guided_schema, make_parser, required_calls_schema
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather",
+                                            "parameters": {"type": "object",
+                                                           "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+
+
+def run(parser, pieces: list[str]) -> tuple[str, list[dict]]:
+    """Feeds the pieces, then finishes; returns the content and the calls folded from their deltas."""
+    content, calls = "", []
+    for delta in [parser.feed(p) for p in pieces] + [parser.finish()]:
+        content += delta.content
+        for d in delta.tool_calls:
+            if d.index == len(calls):
+                assert d.id is not None and d.id.startswith("call_") and d.name is not None
+                calls.append({"name": d.name, "arguments": ""})
+            calls[d.index]["arguments"] += d.arguments
+    return content, calls
+
+
+def splits(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    return [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
+
+
+HERMES_TEXT = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+               '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
+
+
+def test_hermes_content_then_calls():
+    content, calls = run(HermesParser(), [HERMES_TEXT])
+    assert content == "Let me check.\n"
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", {"city": "Paris"}),
+                                                                         ("get_time", {})]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=500), max_size=12))
+def test_hermes_any_split_parses_the_same(cuts):
+    assert run(HermesParser(), splits(HERMES_TEXT, cuts)) == run(HermesParser(), [HERMES_TEXT])
+
+
+def test_hermes_streams_content_before_the_tag_and_holds_a_partial_tag():
+    parser = HermesParser()
+    assert parser.feed("Hello <tool").content == "Hello "  # "<tool" may begin a tag: held
+    assert parser.feed("box> world").content == "<toolbox> world"  # it did not
+
+
+def test_hermes_plain_answer_and_broken_block_are_content():
+    assert run(HermesParser(), ["The capital is Paris."]) == ("The capital is Paris.", [])
+    text = "<tool_call>{not json}</tool_call>"
+    assert run(HermesParser(), [text]) == (text, [])
+
+
+def test_hermes_unterminated_block_at_the_end_still_a_call():
+    content, calls = run(HermesParser(), ['<tool_call>{"name": "get_time", "arguments": {}}'])
+    assert content == "" and calls == [{"name": "get_time", "arguments": "{}"}]
+
+
+def test_llama3_json_calls_and_content():
+    text = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}; {"name": "get_time", "parameters": {}}'
+    content, calls = run(Llama3JsonParser(), splits(text, [3, 9, 20, 40]))
+    assert content == "" and [c["name"] for c in calls] == ["get_weather", "get_time"]
+    assert json.loads(calls[0]["arguments"]) == {"city": "Oslo"}
+    assert run(Llama3JsonParser(), ["Sure", ", it is 4."]) == ("Sure, it is 4.", [])
+    assert run(Llama3JsonParser(), ['{"answer": 4}']) == ('{"answer": 4}', [])  # JSON, but not a call
+
+
+def test_named_call_streams_argument_fragments():
+    parser = NamedCallParser("get_weather")
+    first = parser.feed('{"city"')
+    assert first.tool_calls[0].name == "get_weather" and first.tool_calls[0].id.startswith("call_")
+    second = parser.feed(': "Rome"}')
+    assert second.tool_calls[0].id is None and second.tool_calls[0].arguments == ': "Rome"}'
+    assert parser.finish().tool_calls == [] and parser.num_calls == 1
+
+
+def test_required_calls_parse_at_the_end_and_cut_answers_are_content():
+    text = '[{"name": "get_time", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Lima"}}]'
+    content, calls = run(RequiredCallsParser(), splits(text, [5, 17, 50]))
+    assert content == "" and [c["name"] for c in calls] == ["get_time", "get_weather"]
+    assert run(RequiredCallsParser(), ['[{"name": "get_ti']) == ('[{"name": "get_ti', [])
+
+
+def test_guided_schemas_follow_tool_choice():
+    tools = (WEATHER, TIME)
+    named = ChatOptions(tools=tools, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert guided_schema(named) == WEATHER["function"]["parameters"]
+    required = ChatOptions(tools=tools, tool_choice="required", parallel_tool_calls=False)
+    schema = guided_schema(required)
+    assert schema == required_calls_schema(required) and schema["maxItems"] == 1 and schema["minItems"] == 1
+    assert [v["properties"]["name"]["const"] for v in schema["items"]["anyOf"]] == ["get_weather", "get_time"]
+    assert "maxItems" not in guided_schema(ChatOptions(tools=tools, tool_choice="required"))
+    assert guided_schema(ChatOptions(tools=tools)) is None  # auto: free text, parsed
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array"}}}
+    assert guided_schema(ChatOptions(response_format=fmt)) == {"type": "array"}
+    with pytest.raises(ValueError, match="not among the tools"):
+        guided_schema(ChatOptions(tools=tools, tool_choice={"type": "function", "function": {"name": "nope"}}))
+
+
+def test_parser_choice():
+    assert make_parser(None, "hermes") is None
+    assert make_parser(ChatOptions(tools=(WEATHER,), tool_choice="none"), "hermes") is None
+    assert isinstance(make_parser(ChatOptions(tools=(WEATHER,)), "hermes"), HermesParser)
+    assert isinstance(make_parser(ChatOptions(tools=(WEATHER,)), "llama3_json"), Llama3JsonParser)
+    assert isinstance(make_parser(ChatOptions(tools=(WEATHER,), tool_choice="required"), "hermes"),
+                      RequiredCallsParser)
+
+
+def test_template_detection():
+    assert TemplateTools.of("{{ messages }}") == TemplateTools(native=False, parser="hermes")
+    assert TemplateTools.of("{% if tools %}<tool_call>{% endif %}") == TemplateTools(native=True, parser="hermes")
+    assert TemplateTools.of("{% if tools %}<|python_tag|>ipython{% endif %}").parser == "llama3_json"
+
+
+HISTORY = [{"role": "user", "content": "Weather in Paris?"},
+           {"role": "assistant", "content": "", "tool_calls": [
+               {"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+           {"role": "tool", "content": "18 C, sunny", "tool_call_id": "call_1"}]
+
+
+def test_fallback_prompt_renders_tools_calls_and_results_as_text():
+    messages, tools = render_messages(HISTORY, ChatOptions(tools=(WEATHER,)), TemplateTools(False, "hermes"))
+    assert tools is None
+    assert messages[0]["role"] == "system" and json.dumps(WEATHER) in messages[0]["content"]
+    assert messages[0]["content"].startswith(FALLBACK_TOOL_PROMPT.split("{tools}")[0])
+    assert messages[2] == {"role": "assistant", "content":
+                           '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'}
+    assert messages[3] == {"role": "user", "content": "<tool_response>\n18 C, sunny\n</tool_response>"}
+    # the parser reads back what the prompt shows the model
+    assert run(HermesParser(), [messages[2]["content"]])[1] == [{"name": "get_weather",
+                                                                 "arguments": '{"city": "Paris"}'}]
+
+
+def test_native_templates_get_tools_and_argument_objects():
+    messages, tools = render_messages(HISTORY, ChatOptions(tools=(WEATHER,)), TemplateTools(True, "hermes"))
+    assert tools == [WEATHER]
+    assert messages[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
+    assert messages[2] == HISTORY[2]
+
+
+def test_native_template_renders_with_transformers():
+    """A real tool-aware template (Qwen2.5's shape) renders the tools and the history through transformers."""
+    from transformers import PreTrainedTokenizerFast
+    from tiers.checkpoints import build_tokenizer
+
+    tokenizer: PreTrainedTokenizerFast = build_tokenizer()
+    tokenizer.chat_template = (
+        "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools>{% endif %}"
+        "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function.name }}"
+        "{{ c.function.arguments | tojson }}</tool_call>{% endfor %}{% else %}[{{ m.role }}]{{ m.content }}"
+        "{% endif %}{% endfor %}")
+    messages, tools = render_messages(HISTORY, ChatOptions(tools=(WEATHER, TIME)),
+                                      TemplateTools.of(tokenizer.chat_template))
+    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+    assert text == ('<tools>get_weather;get_time;</tools>[user]Weather in Paris?'
+                    '<tool_call>get_weather{"city": "Paris"}</tool_call>[tool]18 C, sunny')

@@ -1,0 +1,69 @@
+"""What a request's tools and response_format make of its generation: the JSON schema guided decoding enforces,
+and the parser that reads the answer."""
+from __future__ import annotations
+
+from typing import Any
+
+from tiers.tools.options import ChatOptions
+from tiers.tools.parsers import HermesParser, Llama3JsonParser, NamedCallParser, RequiredCallsParser, ToolCallParser
+
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def guided_schema(options: ChatOptions) -> dict[str, Any] | None:
+    """The JSON schema the answer must match, or None for free text. A forced tool wins over response_format
+    (the answer is then a call, not content); {"type": "json_object"} gives {"type": "object"}."""
+    if options.tools and options.tool_choice == "required":
+        return required_calls_schema(options)
+    name = options.forced_function
+    if name is not None:
+        return _parameters(_function(options, name))
+    fmt = options.response_format or {}
+    if fmt.get("type") == "json_schema":
+        return fmt["json_schema"].get("schema") or ANY_OBJECT
+    if fmt.get("type") == "json_object":
+        return None  # any JSON object: see wants_json_object
+    return None
+
+
+def wants_json_object(options: ChatOptions) -> bool:
+    return (not options.tools or options.tool_choice in ("auto", "none")) \
+        and (options.response_format or {}).get("type") == "json_object"
+
+
+def required_calls_schema(options: ChatOptions) -> dict[str, Any]:
+    """A JSON array of one call per item ({"name": one of the tools, "arguments": its parameters}); one item when
+    parallel_tool_calls is false."""
+    variants = [{"type": "object",
+                 "properties": {"name": {"const": f["name"]}, "arguments": _parameters(f)},
+                 "required": ["name", "arguments"], "additionalProperties": False}
+                for f in options.functions]
+    schema: dict[str, Any] = {"type": "array", "minItems": 1,
+                              "items": variants[0] if len(variants) == 1 else {"anyOf": variants}}
+    if not options.parallel_tool_calls:
+        schema["maxItems"] = 1
+    return schema
+
+
+def make_parser(options: ChatOptions | None, native_format: str) -> ToolCallParser | None:
+    """The parser for the answer, or None when it can only be content."""
+    if options is None or not options.calls_tools:
+        return None
+    if options.tool_choice == "required":
+        return RequiredCallsParser()
+    if options.forced_function is not None:
+        return NamedCallParser(options.forced_function)
+    if (options.response_format or {}).get("type", "text") != "text":
+        return None  # guided by response_format: the answer is content
+    return Llama3JsonParser() if native_format == "llama3_json" else HermesParser()
+
+
+def _function(options: ChatOptions, name: str) -> dict[str, Any]:
+    for function in options.functions:
+        if function["name"] == name:
+            return function
+    raise ValueError(f"tool_choice names the function {name!r}, which is not among the tools")
+
+
+def _parameters(function: dict[str, Any]) -> dict[str, Any]:
+    return function.get("parameters") or ANY_OBJECT
