@@ -17,6 +17,7 @@ _EXPORTS = {
     "RequestOutput": "tiers.engine.outputs",
     "InvalidRequestError": "tiers.engine.sampling_params",
     "SamplingParams": "tiers.engine.sampling_params",
+    "StructuredOutputParams": "tiers.engine.sampling_params",
     "UnsupportedModelError": "tiers.models.config",
 }
 

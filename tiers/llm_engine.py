@@ -24,7 +24,7 @@ from tiers.engine.output_processor import OutputProcessor, eos_token_ids
 from tiers.engine.outputs import EngineStats, RequestOutput
 from tiers.engine.processor import InputProcessor, Prompt
 from tiers.engine.sampler import SamplerOutput
-from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
+from tiers.engine.sampling_params import InvalidRequestError, SamplingParams, StructuredOutputParams
 from tiers.engine.scheduler import Scheduler, SchedulerOutput
 from tiers.engine.sequence import Sequence
 from tiers.models.checkpoint import open_checkpoint
@@ -62,11 +62,11 @@ class Engine:
         self.speculator = _speculator(config, draft_model, self.runner, self.max_model_len)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        eos = eos_token_ids(self.model_config, self.tokenizer)
         self.processor = InputProcessor(self.path, self.tokenizer, self.model_config.vocab_size, self.max_model_len,
-                                        config.seed, self.runner.make_generator)
+                                        config.seed, self.runner.make_generator, eos)
         self.detokenizer = Detokenizer(self.tokenizer) if self.tokenizer is not None else None
-        self.output_processor = OutputProcessor(self.detokenizer, eos_token_ids(self.model_config, self.tokenizer),
-                                                self.max_model_len)
+        self.output_processor = OutputProcessor(self.detokenizer, eos, self.max_model_len)
         self._seqs: dict[str, Sequence] = {}
         self._pending: deque[Sequence] = deque()
         self._pending_aborts: deque[str] = deque()
@@ -95,6 +95,11 @@ class Engine:
                                            stream)
         self._submit([seq])
         return seq.request_id
+
+    def check_structured_output(self, params: StructuredOutputParams) -> None:
+        """Compiles (and caches) the grammar of `params` as add_request would; raises InvalidRequestError for a
+        schema the grammar library rejects. For the API to check a request before it streams anything."""
+        self.processor.grammars.compile(params)
 
     def _submit(self, seqs: list[Sequence]) -> None:
         with self._lock:

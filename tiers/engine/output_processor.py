@@ -21,6 +21,14 @@ def eos_token_ids(model_config: ModelConfig, tokenizer: Any) -> set[int]:
     return eos
 
 
+def _grammar_terminates(seq: Sequence, token: int) -> bool:
+    """Advances the sequence's grammar by its new token; True when that token (a stop token) ended the grammar."""
+    accepted = seq.grammar.accept(token)
+    # The sampler's mask allowed only tokens the grammar accepts.
+    assert accepted, f"the grammar of request {seq.request_id} rejected token {token} that its mask allowed"
+    return seq.grammar.is_terminated
+
+
 class OutputProcessor:
     def __init__(self, detokenizer: Detokenizer | None, eos_token_ids: set[int], max_model_len: int) -> None:
         self.detokenizer = detokenizer
@@ -34,7 +42,9 @@ class OutputProcessor:
             seq.logprobs.append(logprob)
         params = seq.params
         reason: str | None = None
-        if token in params.stop_token_ids:
+        if seq.grammar is not None and _grammar_terminates(seq, token):
+            reason = "stop"
+        elif token in params.stop_token_ids:
             reason, seq.stop_reason = "stop", token
         elif not params.ignore_eos and token in self.eos_token_ids:
             reason = "stop"

@@ -11,14 +11,17 @@ import torch
 from tiers.engine.outputs import RequestOutput
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.sequence import Sequence
+from tiers.engine.structured_output import GrammarCompiler
 
 Prompt = str | list[int]
 
 
 class InputProcessor:
     def __init__(self, path: Path, tokenizer: Any, vocab_size: int, max_model_len: int, seed: int,
-                 make_generator: Callable[[int], torch.Generator]) -> None:
+                 make_generator: Callable[[int], torch.Generator], eos_token_ids: set[int]) -> None:
         self.path, self.tokenizer, self.vocab_size = path, tokenizer, vocab_size
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.grammars = GrammarCompiler(tokenizer, vocab_size, eos_token_ids)
         self.max_model_len = max_model_len
         self.make_generator = make_generator
         self._rng = random.Random(seed)
@@ -34,12 +37,29 @@ class InputProcessor:
                                       f"context length of {self.max_model_len} tokens")
         if not isinstance(priority, int):
             raise InvalidRequestError(f"priority must be an integer, got {priority!r}")
+        self.check_token_ids(params)
+        grammar = self.grammars.new_matcher(params.structured_output) if params.structured_output else None
         generator = None
         if not params.greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             generator = self.make_generator(seed)
         return Sequence(request_id or uuid.uuid4().hex, token_ids, params, priority=priority, on_output=on_output,
-                        stream=stream, generator=generator)
+                        stream=stream, generator=generator, grammar=grammar,
+                        min_tokens_stop_ids=self.min_tokens_stop_ids(params))
+
+    def check_token_ids(self, params: SamplingParams) -> None:
+        """Token ids in params must be inside the vocabulary."""
+        for name, ids in (("logit_bias", params.logit_bias or {}), ("stop_token_ids", params.stop_token_ids)):
+            bad = [t for t in ids if t >= self.vocab_size]
+            if bad:
+                raise InvalidRequestError(f"{name}: token id {bad[0]} is outside the vocabulary [0, "
+                                          f"{self.vocab_size})")
+
+    def min_tokens_stop_ids(self, params: SamplingParams) -> frozenset[int]:
+        """What min_tokens masks: stop_token_ids, and EOS unless ignore_eos (vLLM's rule)."""
+        if not params.min_tokens:
+            return frozenset()
+        return frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
 
     def make_batch(self, prompts: Prompt | Seq[Prompt], params: SamplingParams | Seq[SamplingParams] | None,
                    priority: int, on_output: Callable[[RequestOutput], None]) -> list[Sequence]:

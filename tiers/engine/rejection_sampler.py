@@ -20,6 +20,7 @@ def rejection_sample(logits: torch.Tensor, seqs: list[Sequence], row_starts: lis
     """logits: [rows, vocab] float32, sequence i owning rows row_starts[i] : row_starts[i] + k_i + 1 where
     k_i = len(seqs[i].spec_token_ids) (row j: the target's distribution after the j-th draft token). Returns, per
     sequence, the accepted draft tokens followed by the recovered or bonus token."""
+    assert not any(s.processes_logits for s in seqs), "requests that process logits decode without speculation"
     out: list[list[int]] = [[] for _ in seqs]
     greedy = [i for i, s in enumerate(seqs) if s.params.greedy]
     if greedy:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tiers.engine.logits_processor import process_logits
 from tiers.engine.sequence import Sequence, TokenLogprob
 
 
@@ -25,12 +26,15 @@ def exponential_race(probs: torch.Tensor, generator: torch.Generator | None) -> 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[TokenLogprob | None]]:
     """logits: [len(seqs), vocab] in float32. Greedy rows take the argmax; the others are sampled with each
-    sequence's own generator, so a seeded request gives the same tokens whatever else is in the batch."""
-    tokens = logits.argmax(dim=-1)
+    sequence's own generator, so a seeded request gives the same tokens whatever else is in the batch. Tokens are
+    chosen from the processed logits (penalties, logit_bias, min_tokens, grammar); logprobs are the model's raw
+    distribution's."""
+    chosen_from = process_logits(logits, seqs)
+    tokens = chosen_from.argmax(dim=-1)
     sampled_rows = [i for i, seq in enumerate(seqs) if not seq.params.greedy]
     if sampled_rows:
         rows = torch.tensor(sampled_rows, device=logits.device)
-        probs = processed_probs(logits[rows], [seqs[i].params for i in sampled_rows])
+        probs = processed_probs(chosen_from[rows], [seqs[i].params for i in sampled_rows])
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p; E comes from the request's generator.
         noise = torch.empty_like(probs)
         for j, i in enumerate(sampled_rows):

@@ -40,6 +40,8 @@ class Sequence:
     arrival_time: float = field(default_factory=time.monotonic)
     arrival_index: int = field(default_factory=lambda: next(_counter))
     generator: torch.Generator | None = None
+    grammar: Any = None  # structured output: the sequence's GrammarState (tiers.engine.structured_output)
+    min_tokens_stop_ids: frozenset[int] = frozenset()  # masked while fewer than params.min_tokens were generated
 
     def __post_init__(self) -> None:
         self.token_ids: list[int] = list(self.prompt_token_ids)
@@ -85,6 +87,16 @@ class Sequence:
     @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def min_tokens_pending(self) -> bool:
+        return self.num_output_tokens < self.params.min_tokens and bool(self.min_tokens_stop_ids)
+
+    @property
+    def processes_logits(self) -> bool:
+        """The next token is chosen from processed logits (tiers.engine.logits_processor); such a sequence decodes
+        without speculation, so its output is the same with or without a draft."""
+        return self.params.processes_logits or self.min_tokens_pending
 
     def tokens_at(self, start: int, end: int) -> list[int]:
         """Tokens at positions start:end, the draft tokens continuing token_ids."""

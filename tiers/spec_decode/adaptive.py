@@ -113,8 +113,8 @@ class SpecController:
         decoding: list[tuple[Sequence, int, float]] = []
         for seq in running:
             seq.num_lookahead_tokens = 0
-            if seq.num_tokens - seq.num_computed_tokens != 1:
-                continue
+            if seq.num_tokens - seq.num_computed_tokens != 1 or seq.processes_logits:
+                continue  # not decoding, or penalties/logit_bias/min_tokens/a grammar: no speculation (exact)
             # Never propose past max_tokens or max_model_len: the step emits up to k + 1 tokens.
             room = min(seq.params.max_tokens - seq.num_output_tokens, max_model_len - seq.num_tokens) - 1
             est = self.acceptance(seq)
