@@ -118,6 +118,8 @@ class Settings(BaseSettings):
     # checkpoints (gibberish answers, starts in seconds: for tests and benchmarks of the machinery)
     demo_model: Literal["smollm2", "random"] = "smollm2"
     quality: float = Field(0.5, ge=0, le=1)  # 0 = cheapest, 1 = best; per request: `aio_quality` in the body
+    # the smallest tier routed requests with tools or a JSON response_format may go to (None: any tier)
+    structured_min_tier: Literal["small", "medium", "large"] | None = None
     log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
     max_body_bytes: int = Field(4 << 20, ge=1024)
     max_concurrent_requests: int = Field(1024, ge=1)  # in flight over all tiers; beyond: 429

@@ -33,10 +33,10 @@ class FakeTier:
     def model(self) -> str:
         return f"model-{self.name}"
 
-    def count_prompt_tokens(self, messages) -> int:
+    def count_prompt_tokens(self, messages, options=None) -> int:
         return sum(len(m["content"].split()) for m in messages)
 
-    async def stream_chat(self, messages, params, request_id, priority=0):
+    async def stream_chat(self, messages, params, request_id, priority=0, options=None):
         self.calls.append((request_id, params))
         for i, word in enumerate(self.words[:params.max_tokens]):
             if self.fail_after is not None and i == self.fail_after:
@@ -222,7 +222,7 @@ def test_message_normalisation():
     image = request(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}])
     with pytest.raises(APIError) as info:
         run(service.prepare(image, RequestContext()))
-    assert info.value.code == "unsupported_content" and info.value.param == "messages.0.content.0"
+    assert info.value.code == "unsupported_parameter" and info.value.param == "messages.0.content.0"
 
 
 def test_a_failing_tier_falls_back_to_a_larger_one_is_skipped_then_retried():
@@ -245,7 +245,7 @@ def test_a_failing_tier_falls_back_to_a_larger_one_is_skipped_then_retried():
 
 def test_a_request_that_cannot_start_in_time_is_refused_not_served_late():
     class StuckTier(FakeTier):
-        async def stream_chat(self, messages, params, request_id, priority=0):
+        async def stream_chat(self, messages, params, request_id, priority=0, options=None):
             await asyncio.sleep(30)
             yield ChatChunk(delta_text="late")
 

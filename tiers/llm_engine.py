@@ -97,8 +97,7 @@ class Engine:
         return seq.request_id
 
     def check_structured_output(self, params: StructuredOutputParams) -> None:
-        """Compiles (and caches) the grammar of `params` as add_request would; raises InvalidRequestError for a
-        schema the grammar library rejects. For the API to check a request before it streams anything."""
+        """Compiles and caches `params`' grammar, as add_request would: InvalidRequestError if it cannot."""
         self.processor.grammars.compile(params)
 
     def _submit(self, seqs: list[Sequence]) -> None:
@@ -111,8 +110,8 @@ class Engine:
 
     def abort(self, request_id: str) -> None:
         """Stops a request (no-op if it already finished); its blocks are freed on the next step."""
-        self._pending_aborts.append(request_id)
         with self._lock:
+            self._pending_aborts.append(request_id)
             self._work.notify_all()
 
     def has_unfinished_requests(self) -> bool:
@@ -269,15 +268,13 @@ class Engine:
         with self._lock:
             self._closed = True
             self._work.notify_all()
-            for request_id in list(self._seqs):
-                self._pending_aborts.append(request_id)
+            self._pending_aborts.extend(list(self._seqs))
             self._admit_pending([])
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=10)
 
     @property
-    def is_healthy(self) -> bool:
-        """False once closed."""
+    def is_healthy(self) -> bool:  # False once closed
         return not self._closed
 
     def stats(self) -> EngineStats:

@@ -8,17 +8,19 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Protocol, Sequence
+from typing import Any, AsyncIterator, Protocol, Sequence
 
 from tiers.engine.config import EngineConfig
 from tiers.engine.outputs import SpecDecodeStats
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.sequence import TokenLogprob
 from tiers.llm_engine import Engine
+from tiers.tools.local import LocalToolSupport
+from tiers.tools.options import ChatOptions, ToolCallDelta
 
 logger = logging.getLogger(__name__)
 
-Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": text}
+Message = dict[str, Any]  # {"role", "content"}; assistant turns may carry "tool_calls", tool turns "tool_call_id"
 
 
 class TierUnavailableError(RuntimeError):
@@ -35,7 +37,8 @@ class ChatChunk:
     delta_text: str = ""
     num_new_tokens: int = 0
     logprobs: list[TokenLogprob] | None = None  # for the new tokens, when asked
-    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "tool_calls"
+    tool_calls: list[ToolCallDelta] | None = None  # pieces of the answer's tool calls
     num_prompt_tokens: int = 0  # known on the last chunk
     num_cached_tokens: int = 0
     queue_time_s: float | None = None  # waited in the engine's queue before its first step (local tiers)
@@ -55,10 +58,13 @@ class Tier(Protocol):
     max_model_len: int
     is_demo: bool
 
-    def count_prompt_tokens(self, messages: Sequence[Message]) -> int: ...
+    def count_prompt_tokens(self, messages: Sequence[Message], options: ChatOptions | None = None) -> int: ...
+
+    def check_options(self, options: ChatOptions) -> None:
+        """Raises InvalidRequestError when the tier cannot honour `options` (e.g. a schema it cannot enforce)."""
 
     def stream_chat(self, messages: Sequence[Message], params: SamplingParams, request_id: str,
-                    priority: int = 0) -> AsyncIterator[ChatChunk]: ...
+                    priority: int = 0, options: ChatOptions | None = None) -> AsyncIterator[ChatChunk]: ...
 
     def token_text(self, token_id: int) -> str: ...
 
@@ -81,23 +87,36 @@ class LocalTier:
     def max_model_len(self) -> int:
         return self.engine.max_model_len
 
-    def encode(self, messages: Sequence[Message]) -> list[int]:
-        return self.engine.apply_chat_template(list(messages))
+    @property
+    def tools(self) -> LocalToolSupport:
+        return LocalToolSupport.for_engine(self.engine)
 
-    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        return len(self.encode(messages))
+    def encode(self, messages: Sequence[Message], options: ChatOptions | None = None) -> list[int]:
+        rendered, tools = self.tools.render(messages, options)
+        return self.engine.processor.apply_chat_template(rendered, tools=tools)
+
+    def count_prompt_tokens(self, messages: Sequence[Message], options: ChatOptions | None = None) -> int:
+        return len(self.encode(messages, options))
+
+    def check_options(self, options: ChatOptions) -> None:
+        structured = self.tools.structured_output(options)
+        if structured is not None:
+            self.engine.check_structured_output(structured)
 
     async def stream_chat(self, messages: Sequence[Message], params: SamplingParams, request_id: str,
-                          priority: int = 0) -> AsyncIterator[ChatChunk]:
-        prompt_ids = self.encode(messages)
+                          priority: int = 0, options: ChatOptions | None = None) -> AsyncIterator[ChatChunk]:
+        prompt_ids = self.encode(messages, options)
         if not self.engine.is_healthy:
             raise TierUnavailableError(f"tier {self.name} is shut down")
+        params = self.tools.guided(params, options)
+        parser = self.tools.parser(options)
         async for out in self.engine.stream(prompt_ids, params, request_id=request_id, priority=priority):
-            yield ChatChunk(delta_text=out.delta_text, num_new_tokens=len(out.new_token_ids),
-                            logprobs=out.logprobs[-len(out.new_token_ids):] if out.logprobs and out.new_token_ids else None,
-                            finish_reason=out.finish_reason if out.finished else None,
-                            num_prompt_tokens=out.num_prompt_tokens, num_cached_tokens=out.num_cached_tokens,
-                            queue_time_s=out.queue_time_s)
+            chunk = ChatChunk(delta_text=out.delta_text, num_new_tokens=len(out.new_token_ids),
+                              logprobs=out.logprobs[-len(out.new_token_ids):] if out.logprobs and out.new_token_ids else None,
+                              finish_reason=out.finish_reason if out.finished else None,
+                              num_prompt_tokens=out.num_prompt_tokens, num_cached_tokens=out.num_cached_tokens,
+                              queue_time_s=out.queue_time_s)
+            yield parser.apply(chunk) if parser is not None else chunk
 
     def token_text(self, token_id: int) -> str:
         tokenizer = self.engine.tokenizer

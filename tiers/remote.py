@@ -10,6 +10,7 @@ import httpx
 
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.pool import ChatChunk, Message, TierLoad, TierUnavailableError
+from tiers.tools.options import ChatOptions, ToolCallDelta
 
 COOLDOWN_S = 5.0  # after a connection failure the tier counts as down this long
 
@@ -60,15 +61,22 @@ class RemoteTier:
                                              timeout=httpx.Timeout(self.timeout_s, connect=5.0))
         return self._client
 
-    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
+    def count_prompt_tokens(self, messages: Sequence[Message], options: ChatOptions | None = None) -> int:
         # Without the remote tokenizer: about 3 characters per token (an overestimate for English) plus the
         # template's per-message overhead, so escalation errs towards the larger context.
-        return sum(len(m.get("content") or "") for m in messages) // 3 + 4 * len(messages) + 1
+        chars = sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls") or "")) for m in messages)
+        if options is not None and options.tools:
+            chars += len(json.dumps(list(options.tools)))
+        return chars // 3 + 4 * len(messages) + 1
+
+    def check_options(self, options: ChatOptions) -> None:
+        """The remote server checks tools and schemas itself (a 400 there is a 400 here)."""
 
     def token_text(self, token_id: int) -> str:
         return str(token_id)
 
-    def _body(self, messages: Sequence[Message], params: SamplingParams) -> dict[str, Any]:
+    def _body(self, messages: Sequence[Message], params: SamplingParams,
+              options: ChatOptions | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": list(messages), "stream": True,
                                 "stream_options": {"include_usage": True}, "max_tokens": params.max_tokens,
                                 "temperature": params.temperature, "top_p": params.top_p}
@@ -80,15 +88,17 @@ class RemoteTier:
             body["top_k"] = params.top_k  # vLLM's (and AIO's) extra sampling parameters
         if params.ignore_eos:
             body["ignore_eos"] = True
+        if options is not None:
+            body.update(options.payload())
         return body
 
     async def stream_chat(self, messages: Sequence[Message], params: SamplingParams, request_id: str,
-                          priority: int = 0) -> AsyncIterator[ChatChunk]:
+                          priority: int = 0, options: ChatOptions | None = None) -> AsyncIterator[ChatChunk]:
         if not self.is_available():
             raise TierUnavailableError(f"tier {self.name} ({self.base_url}) is unreachable", COOLDOWN_S)
         self._num_running += 1
         try:
-            async with self.client.stream("POST", "/chat/completions", json=self._body(messages, params),
+            async with self.client.stream("POST", "/chat/completions", json=self._body(messages, params, options),
                                           headers={"x-request-id": request_id}) as response:
                 if response.status_code >= 400:
                     await response.aread()
@@ -105,11 +115,13 @@ class RemoteTier:
                     if "error" in event:
                         raise RuntimeError(f"tier {self.name}: {event['error'].get('message', event['error'])}")
                     for choice in event.get("choices") or []:
-                        delta = (choice.get("delta") or {}).get("content") or ""
+                        delta = choice.get("delta") or {}
+                        text = delta.get("content") or ""
+                        calls = _tool_call_deltas(delta.get("tool_calls"))
                         finish_reason = choice.get("finish_reason") or finish_reason
-                        if delta:
+                        if text or calls:
                             num_counted += 1
-                            yield ChatChunk(delta_text=delta, num_new_tokens=1)
+                            yield ChatChunk(delta_text=text, num_new_tokens=1, tool_calls=calls)
                     usage = event.get("usage")
                     if usage:
                         yield ChatChunk(finish_reason=finish_reason or "stop",
@@ -132,6 +144,18 @@ class RemoteTier:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+
+
+def _tool_call_deltas(items: Any) -> list[ToolCallDelta] | None:
+    """A stream delta's `tool_calls`, as the server sent them."""
+    if not isinstance(items, list) or not items:
+        return None
+    deltas = []
+    for item in items:
+        function = item.get("function") or {}
+        deltas.append(ToolCallDelta(int(item.get("index", 0)), item.get("id"), function.get("name"),
+                                    function.get("arguments") or ""))
+    return deltas
 
 
 def _remote_error(name: str, response: httpx.Response) -> Exception:

@@ -1,12 +1,27 @@
 """The request bodies the API accepts (OpenAI's chat completion shape; unknown fields are accepted and ignored)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_N = 16
 MAX_STOP = 4  # as OpenAI
+
+
+FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"  # as OpenAI
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class MessageToolCall(BaseModel):
+    """A call in an earlier assistant turn."""
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
 
 
 class ChatMessage(BaseModel):
@@ -15,6 +30,41 @@ class ChatMessage(BaseModel):
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None  # assistant turns
+    tool_call_id: str | None = None  # tool turns
+
+
+class FunctionDefinition(BaseModel):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema; none: no arguments
+    strict: bool | None = None
+
+
+class ToolDefinition(BaseModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    name: str = Field("response", pattern=FUNCTION_NAME)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
 
 
 class StreamOptions(BaseModel):
@@ -41,9 +91,18 @@ class ChatCompletionRequest(BaseModel):
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     aio_quality: float | None = Field(None, ge=0, le=1)  # per-request quality knob (0 cheapest .. 1 best)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
+    tools: list[ToolDefinition] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
     # vLLM's extra sampling parameters
     top_k: int | None = Field(None, ge=-1)
     ignore_eos: bool | None = False
+    repetition_penalty: float | None = Field(None, gt=0)
+    min_tokens: int | None = Field(None, ge=0)
 
 
     @field_validator("stop")
@@ -57,6 +116,17 @@ class ChatCompletionRequest(BaseModel):
         elif stop == "":
             raise ValueError("a stop sequence must be non-empty")
         return stop
+
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        for token, value in (bias or {}).items():
+            if not token.isdigit():
+                raise ValueError(f"logit_bias keys are token ids, got {token!r}")
+            if not -100 <= value <= 100:
+                raise ValueError(f"logit_bias values must be in [-100, 100], got {value} for token {token}")
+        return bias
 
 
 class CreateKeyRequest(BaseModel):

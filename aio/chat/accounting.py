@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from aio.api.errors import APIError
 from aio.api.schemas import ChatCompletionRequest
 from aio.chat.context import GenerationState, PreparedChat, RequestContext
-from aio.chat.openai_shapes import finish_reason
+from aio.chat.openai_shapes import answer_text, finish_reason
 from aio.db.records import RequestRecord
 from aio.metrics import Metrics
 from aio.routing import Router
@@ -53,7 +53,8 @@ class Accounting:
         latency_s = time.perf_counter() - chat.ctx.arrived
         costs = self.costs(chat, state)
         self._observe(chat, state, costs, latency_s)
-        if self.monitor is not None and state.status == "ok" and chat.decision is not None:
+        # Tool calls and JSON answers are not text the monitor can compare: only plain chat is verified.
+        if self.monitor is not None and state.status == "ok" and chat.decision is not None and chat.options is None:
             self._offer(chat, state.choices[0].text)
         self._submit(self._record(chat, state, costs, latency_s))
 
@@ -84,7 +85,7 @@ class Accounting:
             model=tier.model, routing_reason=decision.reason, classifier_version=decision.classifier_version,
             routing_score=decision.score, tier_scores=list(decision.scores) if decision.scores else None,
             quality=self._logged_quality(chat), key_id=ctx.key_id, user=chat.body.user,
-            prompt=self._redact(json.dumps(chat.messages)), answer=self._redact(first.text),
+            prompt=self._redact(json.dumps(chat.messages)), answer=self._redact(answer_text(first)),
             prompt_tokens=state.prompt_tokens(chat), completion_tokens=state.completion_tokens,
             cost_usd=costs[0], baseline_cost_usd=costs[1], ttft_ms=ttft_ms, latency_ms=latency_s * 1000,
             itl_ms=state.mean_inter_token_ms(), queue_ms=state.queue_ms,

@@ -12,6 +12,7 @@ from aio.db.records import utcnow
 from aio.routing import RoutingDecision
 from tiers.engine.sampling_params import SamplingParams
 from tiers.pool import ChatChunk, Tier
+from tiers.tools.options import ChatOptions
 
 
 @dataclass
@@ -27,12 +28,13 @@ class PreparedChat:
     """A validated, routed request, ready to generate."""
     ctx: RequestContext
     body: ChatCompletionRequest
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     tier: Tier
     decision: RoutingDecision
     quality: float | None
     num_prompt_tokens: int
     params: list[SamplingParams]  # one per choice
+    options: ChatOptions | None = None  # tools and output format; None: plain text chat
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -48,6 +50,7 @@ class PreparedChat:
 @dataclass
 class ChoiceState:
     text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI's message.tool_calls, as they come
     num_tokens: int = 0
     finish_reason: str | None = None
     logprobs: list[dict[str, Any]] = field(default_factory=list)

@@ -8,7 +8,7 @@ from typing import AsyncIterator
 
 from aio.api.errors import APIError, invalid_request
 from aio.chat.context import ChoiceState, GenerationState, PreparedChat
-from aio.chat.openai_shapes import logprob_entries
+from aio.chat.openai_shapes import add_tool_call_delta, logprob_entries
 from aio.metrics import Metrics
 from tiers.engine.sampling_params import InvalidRequestError
 from tiers.pool import ChatChunk, Tier, TierUnavailableError
@@ -22,7 +22,8 @@ async def generate(chat: PreparedChat, state: GenerationState,
     async def run(index: int) -> None:
         request_id = chat.ctx.request_id if len(chat.params) == 1 else f"{chat.ctx.request_id}-{index}"
         try:
-            async for chunk in chat.tier.stream_chat(chat.messages, chat.params[index], request_id):
+            async for chunk in chat.tier.stream_chat(chat.messages, chat.params[index], request_id,
+                                                     options=chat.options):
                 await queue.put((index, chunk))
             await queue.put((index, None))
         except BaseException as exc:  # handed to the consumer, which re-raises it
@@ -76,6 +77,8 @@ def _time_chunk(chat: PreparedChat, state: GenerationState, index: int, chunk: C
 
 def _apply(tier: Tier, choice: ChoiceState, chunk: ChatChunk) -> None:
     choice.text += chunk.delta_text
+    for delta in chunk.tool_calls or []:
+        add_tool_call_delta(choice.tool_calls, delta)
     choice.num_tokens += chunk.num_new_tokens
     choice.num_cached_tokens = max(choice.num_cached_tokens, chunk.num_cached_tokens)
     if chunk.logprobs:

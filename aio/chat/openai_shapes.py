@@ -4,12 +4,41 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aio.chat.context import GenerationState, PreparedChat
+from aio.chat.context import ChoiceState, GenerationState, PreparedChat
 from tiers.pool import ChatChunk, Tier
+from tiers.tools.options import ToolCallDelta
 
 
 def finish_reason(reason: str) -> str:
     return "stop" if reason in ("stop", "abort") else reason
+
+
+def add_tool_call_delta(calls: list[dict[str, Any]], delta: ToolCallDelta) -> None:
+    """Folds a streamed piece into message.tool_calls: a new call at a new index, else its arguments grow."""
+    while len(calls) <= delta.index:
+        calls.append({"id": None, "type": "function", "function": {"name": None, "arguments": ""}})
+    call = calls[delta.index]
+    if delta.id is not None:
+        call["id"] = delta.id
+    if delta.name is not None:
+        call["function"]["name"] = delta.name
+    call["function"]["arguments"] += delta.arguments
+
+
+def message(choice: ChoiceState) -> dict[str, Any]:
+    """The answer's message: its text, and its tool calls when it made some (then text may be null)."""
+    if not choice.tool_calls:
+        return {"role": "assistant", "content": choice.text}
+    return {"role": "assistant", "content": choice.text or None, "tool_calls": choice.tool_calls}
+
+
+def answer_text(choice: ChoiceState) -> str:
+    """The answer as one text (the SQL log, the quality monitor): its content, then its tool calls as JSON."""
+    if not choice.tool_calls:
+        return choice.text
+    calls = json.dumps([{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                        for c in choice.tool_calls], ensure_ascii=False)
+    return f"{choice.text}\n{calls}" if choice.text else calls
 
 
 def sse(payload: dict[str, Any]) -> str:
@@ -41,7 +70,7 @@ def aio_fields(chat: PreparedChat, costs: tuple[float, float]) -> dict[str, Any]
 
 
 def completion_body(chat: PreparedChat, state: GenerationState, costs: tuple[float, float]) -> dict[str, Any]:
-    choices = [{"index": i, "message": {"role": "assistant", "content": c.text},
+    choices = [{"index": i, "message": message(c),
                 "logprobs": {"content": c.logprobs} if chat.params[i].logprobs is not None else None,
                 "finish_reason": finish_reason(c.finish_reason or "stop")}
                for i, c in enumerate(state.choices)]
@@ -71,6 +100,9 @@ def stream_events(chat: PreparedChat, index: int, chunk: ChatChunk, include_usag
     if chunk.delta_text or chunk.logprobs:
         logprobs = {"content": logprob_entries(chat.tier, chunk)} if chunk.logprobs else None
         events.append(sse(chunk_body(chat, index, {"content": chunk.delta_text}, None, include_usage, logprobs)))
+    if chunk.tool_calls:
+        delta = {"tool_calls": [d.to_openai() for d in chunk.tool_calls]}
+        events.append(sse(chunk_body(chat, index, delta, None, include_usage)))
     if chunk.finish_reason is not None:
         events.append(sse(chunk_body(chat, index, {}, finish_reason(chunk.finish_reason), include_usage)))
     return events

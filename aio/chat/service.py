@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from aio.api.errors import APIError, invalid_request
@@ -12,13 +13,15 @@ from aio.chat.context import GenerationState, Opened, PreparedChat, RequestConte
 from aio.chat.generation import api_error, generate, record_failure
 from aio.chat.messages import normalize_messages
 from aio.chat.openai_shapes import chunk_body, completion_body, sse, stream_events, usage_chunk_body
+from aio.chat.request_options import chat_options, reject_unsupported, wants_structure
 from aio.chat.tier_selection import TierSelector
 from aio.metrics import Metrics
 from aio.routing import ClassifierBatcher, Router, RoutingDecision
 from aio.settings import Prices, TierSettings
 from classifier.features import messages_to_text
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
-from tiers.pool import ChatChunk, TierPool
+from tiers.pool import ChatChunk, Tier, TierPool
+from tiers.tools.options import ChatOptions
 
 QUEUE_FULL_RETRY_AFTER_S = 1.0
 
@@ -26,13 +29,15 @@ QUEUE_FULL_RETRY_AFTER_S = 1.0
 class ChatService:
     def __init__(self, pool: TierPool, router: Router, tier_settings: dict[str, TierSettings], log: RequestLog,
                  metrics: Metrics, log_prompts: bool = True, max_concurrent_requests: int = 1024,
-                 queue_timeout_s: float = 60.0, tier_retry_after_s: float = 5.0) -> None:
+                 queue_timeout_s: float = 60.0, tier_retry_after_s: float = 5.0,
+                 structured_min_tier: str | None = None) -> None:
         self.pool = pool
         self.router = router
         self.metrics = metrics
         self.max_queue = {name: t.max_queue for name, t in tier_settings.items()}
         self.max_concurrent_requests = max_concurrent_requests
         self.queue_timeout_s = queue_timeout_s
+        self.structured_min_tier = structured_min_tier
         self.classifier_batcher = ClassifierBatcher()
         self.tiers = TierSelector(pool, tier_retry_after_s)
         prices = {name: t.prices for name, t in tier_settings.items()}
@@ -71,23 +76,35 @@ class ChatService:
             raise
 
     async def _prepare(self, body: ChatCompletionRequest, ctx: RequestContext) -> PreparedChat:
+        reject_unsupported(body)
         messages = normalize_messages(body.messages)
+        options = chat_options(body)
         max_tokens = body.max_completion_tokens or body.max_tokens
         if body.top_logprobs is not None and not body.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
-        decision = await self._route(body, messages)
+        decision = self._structured_floor(await self._route(body, messages), options)
         if self._in_flight >= self.max_concurrent_requests:
             raise APIError(429, f"the server is at its limit of {self.max_concurrent_requests} concurrent requests; "
                                 "retry later", code="server_busy", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
-        selection = await self.tiers.select(decision, messages, max_tokens)
+        selection = await self.tiers.select(decision, messages, max_tokens, options)
         tier = selection.tier
         if tier.load().num_waiting >= self.max_queue.get(tier.name, 256):
             raise APIError(429, f"tier {tier.name} has too many queued requests; retry later", code="queue_full",
                            retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+        if options is not None:
+            await _check_options(tier, options)
         max_tokens = max_tokens or tier.max_model_len - selection.num_prompt_tokens
         params = [sampling_params(body, max_tokens, i) for i in range(body.n or 1)]
         return PreparedChat(ctx, body, messages, tier, selection.decision, body.aio_quality,
-                            selection.num_prompt_tokens, params)
+                            selection.num_prompt_tokens, params, options)
+
+    def _structured_floor(self, decision: RoutingDecision, options: ChatOptions | None) -> RoutingDecision:
+        """A routed request with tools or a JSON format goes at least to `structured_min_tier`, when set."""
+        floor = self.structured_min_tier
+        if floor is None or decision.reason == "explicit" or not wants_structure(options) \
+                or self.pool.find(floor) is None or self.pool.index(decision.tier) >= self.pool.index(floor):
+            return decision
+        return replace(decision, tier=floor, reason="structured_min_tier")
 
     async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]]) -> RoutingDecision:
         """`auto`: the classifier's choice; otherwise the tier the model names."""
@@ -125,7 +142,8 @@ class ChatService:
                 error = invalid_request(str(exc))
             except Exception as exc:  # the tier failed before answering: mark it down, try a larger one
                 self.tiers.mark_down(chat.tier.name, exc)
-                fallback = await self.tiers.fall_back(chat.tier, chat.decision, chat.messages, chat.max_tokens)
+                fallback = await self.tiers.fall_back(chat.tier, chat.decision, chat.messages, chat.max_tokens,
+                                                      chat.options)
                 if fallback is not None:
                     chat.tier, chat.num_prompt_tokens, chat.decision = (fallback.tier, fallback.num_prompt_tokens,
                                                                         fallback.decision)
@@ -190,6 +208,15 @@ async def _chunks(opened: Opened) -> AsyncIterator[tuple[int, ChatChunk]]:
             yield item
 
 
+async def _check_options(tier: Tier, options: ChatOptions) -> None:
+    """Before anything is generated: a schema the tier cannot enforce is the client's 400."""
+    try:
+        await asyncio.to_thread(tier.check_options, options)
+    except InvalidRequestError as exc:
+        param = "tools" if options.tools and options.tool_choice != "auto" else "response_format"
+        raise invalid_request(str(exc), param, code="invalid_schema") from exc
+
+
 def sampling_params(body: ChatCompletionRequest, max_tokens: int, choice: int) -> SamplingParams:
     try:
         return SamplingParams(
@@ -197,6 +224,10 @@ def sampling_params(body: ChatCompletionRequest, max_tokens: int, choice: int) -
             top_p=1.0 if body.top_p is None else body.top_p,
             seed=None if body.seed is None else body.seed + choice, stop=body.stop,
             top_k=body.top_k or 0, ignore_eos=bool(body.ignore_eos),
-            logprobs=(body.top_logprobs or 0) if body.logprobs else None)
+            logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+            presence_penalty=body.presence_penalty or 0.0, frequency_penalty=body.frequency_penalty or 0.0,
+            repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
+            min_tokens=body.min_tokens or 0,
+            logit_bias={int(k): v for k, v in body.logit_bias.items()} if body.logit_bias else None)
     except InvalidRequestError as exc:
         raise invalid_request(str(exc)) from exc

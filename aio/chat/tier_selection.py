@@ -6,12 +6,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from aio.api.errors import APIError, invalid_request
 from aio.routing import RoutingDecision
 from tiers.engine.sampling_params import InvalidRequestError
 from tiers.pool import Tier, TierPool, TierUnavailableError
+from tiers.tools.options import ChatOptions
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +47,12 @@ class TierSelector:
         self._down_until[name] = time.monotonic() + retry
         logger.warning("tier %s marked down for %.0f s: %s: %s", name, retry, type(exc).__name__, exc)
 
-    async def select(self, decision: RoutingDecision, messages: list[dict[str, str]],
-                     max_tokens: int | None) -> Selection:
+    async def select(self, decision: RoutingDecision, messages: list[dict[str, Any]], max_tokens: int | None,
+                     options: ChatOptions | None = None) -> Selection:
         """The routed tier, or the first larger one that holds the prompt (+ max_tokens when given) and is up.
         Raises APIError: 400 when no tier's context holds it, 503 when those that do are down."""
-        search = await self._search(self.pool.tiers[self.pool.index(decision.tier):], messages, max_tokens)
+        search = await self._search(self.pool.tiers[self.pool.index(decision.tier):], messages, max_tokens,
+                                    options=options)
         if search.found is not None:
             reason = "fallback" if search.down is not None else "escalation"
             return self._selection(decision, search, reason)
@@ -62,15 +64,15 @@ class TierSelector:
                             "shorten the messages or lower max_completion_tokens",
                        param="messages", code="context_length_exceeded")
 
-    async def fall_back(self, failed: Tier, decision: RoutingDecision, messages: list[dict[str, str]],
-                        max_tokens: int | None) -> Selection | None:
+    async def fall_back(self, failed: Tier, decision: RoutingDecision, messages: list[dict[str, Any]],
+                        max_tokens: int | None, options: ChatOptions | None = None) -> Selection | None:
         """The next tier larger than `failed` that is up and holds the request."""
         larger = self.pool.tiers[self.pool.index(failed.name) + 1:]
-        search = await self._search(larger, messages, max_tokens, down=failed)
+        search = await self._search(larger, messages, max_tokens, down=failed, options=options)
         return None if search.found is None else self._selection(decision, search, "fallback")
 
-    async def _search(self, tiers: Sequence[Tier], messages: list[dict[str, str]], max_tokens: int | None,
-                      down: Tier | None = None) -> _Search:
+    async def _search(self, tiers: Sequence[Tier], messages: list[dict[str, Any]], max_tokens: int | None,
+                      down: Tier | None = None, options: ChatOptions | None = None) -> _Search:
         """The first of `tiers` that holds the request and is up. Once one that holds it is found down, the
         rest are only considered when up (their prompt is not counted otherwise)."""
         search = _Search(down=down)
@@ -78,7 +80,7 @@ class TierSelector:
             up = self.is_up(tier)
             if search.down is not None and not up:
                 continue
-            num_prompt = await self._count(tier, messages)
+            num_prompt = await self._count(tier, messages, options)
             if num_prompt + (max_tokens or 1) > tier.max_model_len:
                 search.too_small.append(f"{tier.name}: {tier.max_model_len} tokens, prompt {num_prompt}")
             elif up:
@@ -89,9 +91,9 @@ class TierSelector:
         return search
 
     @staticmethod
-    async def _count(tier: Tier, messages: list[dict[str, str]]) -> int:
+    async def _count(tier: Tier, messages: list[dict[str, Any]], options: ChatOptions | None) -> int:
         try:
-            return await asyncio.to_thread(tier.count_prompt_tokens, messages)
+            return await asyncio.to_thread(tier.count_prompt_tokens, messages, options)
         except InvalidRequestError as exc:
             raise invalid_request(str(exc), "messages") from exc
 

@@ -1,11 +1,11 @@
-"""Liveness, readiness and Prometheus metrics."""
+"""Liveness, readiness, Prometheus metrics, and `/` (a browser lands on the dashboard)."""
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 
 from fastapi import APIRouter, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
@@ -13,6 +13,11 @@ from aio.db.migrate import is_up_to_date
 from aio.server.deps import State
 
 router = APIRouter()
+
+
+@router.get("/", include_in_schema=False)
+async def root() -> RedirectResponse:
+    return RedirectResponse("/dashboard", status_code=307)
 
 
 @router.get("/health")

@@ -1,4 +1,4 @@
-"""GET /v1/models: `auto` (routed) and each tier. The `aio` object says what a tier is: `demo_weights` (random
+"""GET /v1/models (and /v1/models/{id}): `auto` (routed) and each tier. The `aio` object says what a tier is: `demo_weights` (random
 weights: gibberish), `embedded_default` ("smollm2" / "random" for the demo tiers served when none are configured,
 else null) and `note`, a sentence for people."""
 from __future__ import annotations
@@ -7,7 +7,9 @@ import time
 
 from fastapi import APIRouter
 
+from aio.api.errors import APIError
 from aio.server.deps import ApiKey, State
+from aio.server.state import AppState
 
 router = APIRouter()
 _CREATED = int(time.time())
@@ -15,6 +17,21 @@ _CREATED = int(time.time())
 
 @router.get("/v1/models")
 async def list_models(state: State, key: ApiKey) -> dict:
+    return {"object": "list", "data": _entries(state)}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(model_id: str, state: State, key: ApiKey) -> dict:
+    """One model by its id: `auto`, a tier's name, or (as AIO also routes by it) a tier's model name."""
+    entries = _entries(state)
+    for entry in entries:
+        if model_id in (entry["id"], entry["root"]):
+            return entry
+    raise APIError(404, f"the model {model_id!r} does not exist; models: {', '.join(e['id'] for e in entries)}",
+                   param="model", code="model_not_found")
+
+
+def _entries(state: AppState) -> list[dict]:
     tiers = list(state.pool)
     demo = any(t.is_demo for t in tiers)  # random demo weights
     embedded = state.demo.kind if state.demo is not None else None  # "smollm2" | "random" | None
@@ -31,4 +48,4 @@ async def list_models(state: State, key: ApiKey) -> dict:
                              "input_price_per_million": prices.input_price_per_million,
                              "output_price_per_million": prices.output_price_per_million,
                              "demo_weights": tier.is_demo, "embedded_default": embedded, "note": note}})
-    return {"object": "list", "data": data}
+    return data
