@@ -15,6 +15,7 @@ from aio.api.errors import APIError
 from aio.api.schemas import ChatCompletionRequest
 from aio.routing import ClassifierBatcher, Router
 from aio.settings import TierSettings
+from tiers.engine.sampling_params import InvalidRequestError
 from tiers.pool import ChatChunk, TierLoad, TierPool, TierUnavailableError
 
 
@@ -28,6 +29,7 @@ class FakeTier:
     waiting: int = 0
     is_demo: bool = False
     calls: list = field(default_factory=list)
+    options: list = field(default_factory=list)
 
     @property
     def model(self) -> str:
@@ -36,8 +38,13 @@ class FakeTier:
     def count_prompt_tokens(self, messages, options=None) -> int:
         return sum(len(m["content"].split()) for m in messages)
 
+    def check_options(self, options) -> None:
+        if (options.response_format or {}).get("json_schema", {}).get("schema") == {"type": "nonsense"}:
+            raise InvalidRequestError("the schema's type 'nonsense' is not a JSON schema type")
+
     async def stream_chat(self, messages, params, request_id, priority=0, options=None):
         self.calls.append((request_id, params))
+        self.options.append(options)
         for i, word in enumerate(self.words[:params.max_tokens]):
             if self.fail_after is not None and i == self.fail_after:
                 raise RuntimeError("the device fell over")
@@ -272,3 +279,36 @@ def test_the_global_concurrency_limit():
 
     error, second = run(scenario())
     assert error.status_code == 429 and error.code == "server_busy" and second.tier.name == "small"
+
+
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize("body, floor, tier, reason", [
+    ({"tools": [TOOL]}, "medium", "medium", "structured_min_tier"),
+    ({"response_format": {"type": "json_object"}}, "large", "large", "structured_min_tier"),
+    ({"tools": [TOOL]}, None, "small", "classifier"),  # no floor set: the classifier's choice
+    ({}, "large", "small", "classifier"),  # plain chat is not held to the floor
+    ({"tools": [TOOL], "model": "small"}, "large", "small", "explicit"),  # a named tier is a named tier
+])
+def test_structured_requests_go_at_least_to_the_configured_tier(body, floor, tier, reason):
+    tiers = [FakeTier("small"), FakeTier("medium"), FakeTier("large")]
+    service, log = make_service(tiers, proba=(0.9, 0.05, 0.05), structured_min_tier=floor)
+    result = run(service.complete(run(service.prepare(request(**body), RequestContext()))))
+    assert result["aio"]["tier"] == tier and result["aio"]["routing_reason"] == reason
+    assert log.records[-1].routing_reason == reason
+    sent = tiers[["small", "medium", "large"].index(tier)].options[-1]
+    assert (sent is None) == (not body.get("tools") and not body.get("response_format"))
+    if body.get("tools"):
+        assert sent.tools == (TOOL,) and sent.tool_choice == "auto"
+
+
+def test_a_schema_the_tier_cannot_enforce_is_a_400_before_generation():
+    tiers = [FakeTier("small")]
+    service, log = make_service(tiers, proba=(1.0,))
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}
+    with pytest.raises(APIError) as info:
+        run(service.prepare(request(response_format=fmt), RequestContext()))
+    assert info.value.status_code == 400 and info.value.param == "response_format"
+    assert info.value.code == "invalid_schema" and "nonsense" in info.value.message
+    assert tiers[0].calls == [] and log.records[-1].status == "rejected"
