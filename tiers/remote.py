@@ -88,6 +88,15 @@ class RemoteTier:
             body["top_k"] = params.top_k  # vLLM's (and AIO's) extra sampling parameters
         if params.ignore_eos:
             body["ignore_eos"] = True
+        if params.logit_bias:
+            body["logit_bias"] = {str(token): bias for token, bias in params.logit_bias.items()}  # OpenAI's JSON form
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(params, name):
+                body[name] = getattr(params, name)
+        if params.repetition_penalty != 1.0:
+            body["repetition_penalty"] = params.repetition_penalty  # vLLM's extras
+        if params.min_tokens:
+            body["min_tokens"] = params.min_tokens
         if options is not None:
             body.update(options.payload())
         return body

@@ -1,12 +1,13 @@
-"""Guided decoding with xgrammar: JSON schemas compiled to grammars (an LRU cache per engine), one grammar matcher
-per sequence, and the vocabulary bitmask of the tokens each constrained row may take next.
+"""Guided decoding with llguidance: JSON schemas compiled to grammars (an LRU cache per engine), one grammar
+matcher per sequence, and the vocabulary bitmask of the tokens each constrained row may take next.
 
-xgrammar was chosen over llguidance by measurement on SmolLM2's tokenizer (benchmarks/structured_output.py): a
-mask costs ~3.5 us per token against ~120 us, the tokenizer set-up 0.8 s against 5 s; both compiled all 16 test
-schemas, a tool schema compiles in ~10 ms. JSON is generated compact (separators "," and ":", no free
-whitespace), so a model cannot wander into endless whitespace; json_schema uses xgrammar's strict mode (objects
-take no properties beyond those the schema names, as OpenAI's strict mode), whose outputs validate against the
-schema all the same.
+llguidance was chosen over xgrammar by measurement (benchmarks/structured_output.py, docs/engine.md): both compile
+all 16 test schemas, but xgrammar 0.2 lets a JSON string take raw control characters (with minLength/maxLength)
+and UTF-16 surrogates, i.e. invalid JSON or invalid UTF-8 that sampled outputs did hit, where llguidance refuses
+them; xgrammar's masks are faster (~3.5 us against ~120 us per token on SmolLM2's 49k vocabulary), which is small
+beside a decode step. JSON is generated compact (no free whitespace), so a model cannot wander into endless
+whitespace. llguidance stops a grammar as soon as nothing but EOS can follow (a closed object), so such outputs end
+without an EOS token.
 """
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ import torch
 from tiers.engine.sampling_params import InvalidRequestError, StructuredOutputParams
 
 CACHE_SIZE = 256
-SEPARATORS = (",", ":")
+COMPACT = {"x-guidance": {"whitespace_flexible": False}}
 
 
 class GrammarCompiler:
     """Compiles StructuredOutputParams for one tokenizer and vocabulary (the model's logits width); thread-safe.
-    The tokenizer's preprocessing happens on the first compilation."""
+    The tokenizer's preprocessing (seconds for a 49k vocabulary) runs in a background thread from construction."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: set[int], cache_size: int = CACHE_SIZE
                  ) -> None:
@@ -33,92 +34,104 @@ class GrammarCompiler:
         self.stop_token_ids = sorted(stop_token_ids)
         self.cache_size = cache_size
         self._cache: OrderedDict[str, Any] = OrderedDict()
-        self._compiler: Any = None
         self._lock = threading.Lock()
+        self._lltokenizer: Any = None
+        self._setup_error: Exception | None = None
+        self._ready = threading.Event()
+        if tokenizer is not None:
+            threading.Thread(target=self._setup, name="grammar-tokenizer", daemon=True).start()
+        else:
+            self._ready.set()
+
+    def _setup(self) -> None:
+        try:
+            import llguidance.hf
+
+            self._lltokenizer = llguidance.hf.from_tokenizer(self.tokenizer, n_vocab=self.vocab_size,
+                                                             eos_token=self.stop_token_ids or None)
+        except Exception as exc:  # surfaced to the first structured request
+            self._setup_error = exc
+        finally:
+            self._ready.set()
+
+    def _get_tokenizer(self) -> Any:
+        self._ready.wait()
+        if self.tokenizer is None:
+            raise InvalidRequestError("structured output needs the model's tokenizer, and this model has none")
+        if self._setup_error is not None:
+            raise RuntimeError(f"the grammar library could not read this model's tokenizer: {self._setup_error}")
+        return self._lltokenizer
 
     def compile(self, params: StructuredOutputParams) -> Any:
-        """The compiled grammar (an xgrammar CompiledGrammar); InvalidRequestError for a schema xgrammar rejects."""
+        """A fresh matcher of the grammar, to deep_copy per sequence; InvalidRequestError for a schema the library
+        rejects."""
         if not isinstance(params, StructuredOutputParams):
             raise InvalidRequestError(f"structured_output must be StructuredOutputParams, got {type(params).__name__}")
         key = params.canonical_key()
         with self._lock:
-            grammar = self._cache.get(key)
-            if grammar is not None:
+            matcher = self._cache.get(key)
+            if matcher is not None:
                 self._cache.move_to_end(key)
-                return grammar
-            grammar = self._compile(params)
-            self._cache[key] = grammar
+                return matcher
+        matcher = self._compile(params)  # outside the lock: other requests' cached lookups go on
+        with self._lock:
+            self._cache[key] = matcher
             if len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
-            return grammar
+        return matcher
 
     def _compile(self, params: StructuredOutputParams) -> Any:
-        compiler = self._get_compiler()
+        import llguidance
+
+        tokenizer = self._get_tokenizer()
+        schema = {"type": "object"} if params.json_object else params.json_schema
+        if "x-guidance" in schema:
+            raise InvalidRequestError("structured_output.json_schema must not set 'x-guidance'")
         try:
-            if params.json_object:
-                return compiler.compile_json_schema('{"type": "object"}', any_whitespace=False,
-                                                    separators=SEPARATORS, strict_mode=False)
-            return compiler.compile_json_schema(json.dumps(params.json_schema), any_whitespace=False,
-                                                separators=SEPARATORS, strict_mode=True)
-        except (RuntimeError, ValueError, TypeError) as exc:  # xgrammar reports schema errors as RuntimeError
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, **COMPACT}))
+            matcher = llguidance.LLMatcher(tokenizer, grammar)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            raise InvalidRequestError(f"invalid JSON schema in structured_output: {_first_line(exc)}") from None
+        if matcher.is_error():
             raise InvalidRequestError(f"unsupported or invalid JSON schema in structured_output: "
-                                      f"{_library_message(exc)}") from None
-
-    def _get_compiler(self) -> Any:
-        if self._compiler is None:
-            if self.tokenizer is None:
-                raise InvalidRequestError("structured output needs the model's tokenizer, and this model has none")
-            import xgrammar
-
-            info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size,
-                                                           stop_token_ids=self.stop_token_ids)
-            self._compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
-        return self._compiler
+                                      f"{_first_line(matcher.get_error())}")
+        return matcher
 
     def new_matcher(self, params: StructuredOutputParams) -> GrammarState:
-        return GrammarState(self.compile(params))
+        return GrammarState(self.compile(params).deep_copy())
 
     def cache_len(self) -> int:
         return len(self._cache)
 
 
 class GrammarState:
-    """One sequence's position in its grammar. The mask allows the grammar's stop tokens (the model's EOS) only
-    where the grammar accepts the output so far; accepting one terminates the grammar."""
+    """One sequence's position in its grammar. The mask allows the stop tokens (the model's EOS) only where the
+    grammar accepts the output so far."""
 
-    def __init__(self, compiled: Any) -> None:
-        import xgrammar
-
-        self.matcher = xgrammar.GrammarMatcher(compiled)
+    def __init__(self, matcher: Any) -> None:
+        self.matcher = matcher
 
     def accept(self, token: int) -> bool:
-        return self.matcher.accept_token(token)
+        return bool(self.matcher.consume_token(token)) and not self.matcher.is_error()
 
     @property
     def is_terminated(self) -> bool:
-        return self.matcher.is_terminated()
-
-    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
-        self.matcher.fill_next_token_bitmask(bitmask, row)
+        """Nothing can follow: a stop token was accepted, or the value is complete and only EOS could come."""
+        return self.matcher.is_stopped()
 
 
 def apply_grammar_masks(logits: torch.Tensor, rows: list[int], states: list[GrammarState]) -> None:
     """Sets logits[rows[j], t] = -inf for every token t the j-th grammar does not allow next (in place)."""
-    import xgrammar
+    import llguidance.torch
 
-    bitmask = xgrammar.allocate_token_bitmask(len(rows), logits.shape[-1])
+    bitmask = llguidance.torch.allocate_token_bitmask(len(rows), logits.shape[-1])
     for j, state in enumerate(states):
-        state.fill_bitmask(bitmask, j)
-    if logits.device.type != "cpu":
-        bitmask = bitmask.to(logits.device, non_blocking=True)
+        llguidance.torch.fill_next_token_bitmask(state.matcher, bitmask, j)
     sub = logits[rows]
-    xgrammar.apply_token_bitmask_inplace(sub, bitmask)
+    llguidance.torch.apply_token_bitmask_inplace(sub, bitmask.to(sub.device))
     logits[rows] = sub
 
 
-def _library_message(exc: Exception) -> str:
-    """xgrammar's message without its source-location prefix ("[time] file.cc:123: ")."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if text.startswith("[") and ": " in text:
-        text = text.split(": ", 1)[1]
-    return text
+def _first_line(message: Any) -> str:
+    text = str(message).strip()
+    return text.splitlines()[0] if text else "unknown error"
