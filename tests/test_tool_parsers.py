@@ -99,7 +99,11 @@ def test_required_calls_parse_at_the_end_and_cut_answers_are_content():
 def test_guided_schemas_follow_tool_choice():
     tools = (WEATHER, TIME)
     named = ChatOptions(tools=tools, tool_choice={"type": "function", "function": {"name": "get_weather"}})
-    assert guided_schema(named) == WEATHER["function"]["parameters"]
+    assert guided_schema(named) == {**WEATHER["function"]["parameters"], "additionalProperties": False}
+    open_schema = {"type": "object", "properties": {}, "additionalProperties": True}
+    opened = {"type": "function", "function": {"name": "f", "parameters": open_schema}}
+    assert guided_schema(ChatOptions(tools=(opened,), tool_choice={"type": "function", "function": {"name": "f"}})
+                         ) == open_schema  # a schema that says otherwise is kept
     required = ChatOptions(tools=tools, tool_choice="required", parallel_tool_calls=False)
     schema = guided_schema(required)
     assert schema == required_calls_schema(required) and schema["maxItems"] == 1 and schema["minItems"] == 1

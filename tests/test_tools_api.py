@@ -13,7 +13,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tests.servers import start_server
 from tests.test_embedded_default import ADMIN, require_smollm2
@@ -201,23 +201,27 @@ def test_streamed_json_schema_parses(client):
 # --- real clients: LangChain ------------------------------------------------------------------------------------
 
 def test_langchain_bind_tools_and_with_structured_output(server):
+    """Bounded strings keep a 135M model's answers short enough to finish; the schema is LangChain's own."""
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
 
-    @tool
+    class WeatherArgs(BaseModel):
+        city: str = Field(max_length=20, description="a city name")
+
+    @tool(args_schema=WeatherArgs)
     def get_weather(city: str) -> str:
         """The current weather in a city."""
         return "sunny"
 
     class Person(BaseModel):
-        name: str
-        age: int
+        name: str = Field(max_length=20)
+        age: int = Field(ge=0, le=120)
 
     llm = ChatOpenAI(model="small", base_url=server.api_url, api_key="any", temperature=0, max_tokens=60,
                      max_retries=0)
     message = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Weather in Paris?")
-    assert message.tool_calls and message.tool_calls[0]["name"] == "get_weather"
-    assert isinstance(message.tool_calls[0]["args"]["city"], str)
+    assert message.tool_calls and message.tool_calls[0]["name"] == "get_weather", message
+    assert 0 < len(message.tool_calls[0]["args"]["city"]) <= 20
     person = llm.with_structured_output(Person).invoke("Invent a person.")
     assert isinstance(person, Person)
 

@@ -66,4 +66,10 @@ def _function(options: ChatOptions, name: str) -> dict[str, Any]:
 
 
 def _parameters(function: dict[str, Any]) -> dict[str, Any]:
-    return function.get("parameters") or ANY_OBJECT
+    """The arguments schema a forced call is held to: the function's parameters, closed to the declared ones
+    (an argument the function does not declare is an error in the caller, not a call) unless the schema says
+    otherwise, as OpenAI's strict mode does."""
+    parameters = function.get("parameters") or ANY_OBJECT
+    if parameters.get("type") == "object" and "properties" in parameters and "additionalProperties" not in parameters:
+        return {**parameters, "additionalProperties": False}
+    return parameters
