@@ -8,7 +8,9 @@ Measured per library, single-threaded compilation, compact JSON (no free whitesp
   object", median of 5 fresh compilations (the tokenizer preprocessing is done once, before, and not counted);
 - per-token mask time: a matcher walks the tokens of a valid instance, filling the vocabulary bitmask before each
   token (the work the engine does per constrained row and step), mean per token;
-- coverage: which of SCHEMAS compile, and whether a valid instance of each is accepted token by token.
+- coverage: which of SCHEMAS compile, and whether a valid instance of each is accepted token by token;
+- soundness: whether a JSON string (bounded by maxLength, and unbounded) lets through a raw control character
+  (byte 0x15) or a UTF-16 surrogate (bytes ED A3 BF), neither valid JSON / UTF-8, fed as byte-level tokens.
 """
 from __future__ import annotations
 
@@ -74,6 +76,7 @@ class LibraryResult:
     json_object_compile_ms: float
     mask_us_per_token: float
     coverage: dict[str, str] = field(default_factory=dict)  # schema name -> "ok" | "compile error: ..." | ...
+    soundness: dict[str, str] = field(default_factory=dict)  # probe -> "rejected" (sound) | "ACCEPTED"
 
 
 class Adapter:
@@ -160,7 +163,23 @@ def measure(make: Callable[[Any, int, int], Adapter], tokenizer: Any, vocab_size
     result = LibraryResult(a.name, a.version, setup, tool_ms, object_ms, statistics.mean(mask_s) * 1e6)
     for name, schema, instance in SCHEMAS:
         result.coverage[name] = _coverage(a, tokenizer, schema, instance)
+    result.soundness = _soundness(a, tokenizer)
     return result
+
+
+def _soundness(a: Adapter, tokenizer: Any) -> dict[str, str]:
+    from tiers.models.gguf.tokenizer import bytes_to_unicode
+
+    byte_token = {b: tokenizer.convert_tokens_to_ids(ch) for b, ch in bytes_to_unicode().items()}
+    start = [byte_token[ord('"')], byte_token[ord("a")]]
+    probes = {"control char": [0x15], "surrogate": [0xED, 0xA3, 0xBF]}
+    out = {}
+    for schema_name, schema in (("maxLength", {"type": "string", "maxLength": 8}), ("plain", {"type": "string"})):
+        for probe, data in probes.items():
+            m = a.matcher(a.compile(schema))
+            ok = all(a.accept(m, t) for t in start + [byte_token[b] for b in data])
+            out[f"{probe} in {schema_name} string"] = "ACCEPTED" if ok else "rejected"
+    return out
 
 
 def _coverage(a: Adapter, tokenizer: Any, schema: dict, instance: Any) -> str:
@@ -203,3 +222,5 @@ def report(results: list[LibraryResult]) -> None:
               f"{r.json_object_compile_ms:>15.2f}{r.mask_us_per_token:>14.1f}{ok:>6}/{len(r.coverage)}")
     for name, _, _ in SCHEMAS:
         print(f"  {name:<28}" + "  ".join(f"{r.name}: {r.coverage[name]:<40}" for r in results))
+    for probe in results[0].soundness if results else []:
+        print(f"  {probe:<34}" + "  ".join(f"{r.name}: {r.soundness[probe]:<10}" for r in results))

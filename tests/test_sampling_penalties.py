@@ -166,12 +166,15 @@ def test_speculative_decoding_gives_the_same_penalised_output(pair):
     prompts = make_prompts(512)
     penalised = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True, logit_bias={50: 2.0}, min_tokens=3,
                                **PENALTIES)
+    # min_tokens alone: sits out only while pending, then speculates (the draft catches up on the tokens it missed)
+    late = SamplingParams(max_tokens=24, temperature=0.0, min_tokens=6)
     free = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
-    plain = [o.token_ids for o in Engine.from_pretrained(target).generate(prompts, penalised)]
+    params = [penalised] * len(prompts) + [late, late, free]
+    batch = prompts + prompts[:3]
+    plain = [o.token_ids for o in Engine.from_pretrained(target).generate(batch, params)]
     spec = Engine.from_pretrained(target, draft=draft, speculative_adaptive=False)
-    outs = spec.generate(prompts + prompts[:2], [penalised] * len(prompts) + [free, free])
-    assert [o.token_ids for o in outs[:len(prompts)]] == plain
-    assert spec.stats().speculative.num_draft_tokens > 0  # the unpenalised requests did speculate
+    assert [o.token_ids for o in spec.generate(batch, params)] == plain
+    assert spec.stats().speculative.num_draft_tokens > 0  # the others did speculate
 
 
 def test_remote_tier_sends_the_sampling_fields():

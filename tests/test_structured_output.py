@@ -193,3 +193,21 @@ def test_a_model_without_tokenizer_refuses_structured_output(tmp_path, llama_pat
     engine = Engine.from_pretrained(bare, max_model_len=64)
     with pytest.raises(InvalidRequestError, match="tokenizer"):
         engine.add_request([5, 6, 7], constrained())
+
+
+def test_min_tokens_never_leaves_a_constrained_row_without_tokens(engine):
+    """Were every token the grammar allows a min_tokens stop token, the grammar's mask alone applies."""
+    import torch
+
+    from tiers.engine.logits_processor import process_logits
+    from tiers.engine.sequence import Sequence
+
+    so = StructuredOutputParams(json_schema={"enum": ["yes", "no"]})
+    grammars = engine.processor.grammars
+    logits = torch.zeros(1, engine.model_config.vocab_size)
+    free = Sequence("a", [1], SamplingParams(structured_output=so), grammar=grammars.new_matcher(so))
+    allowed = torch.isfinite(process_logits(logits, [free])[0]).nonzero().flatten().tolist()
+    assert 0 < len(allowed) < logits.shape[1]
+    seq = Sequence("b", [1], SamplingParams(structured_output=so, min_tokens=5), grammar=grammars.new_matcher(so),
+                   min_tokens_stop_ids=frozenset(allowed))
+    assert torch.isfinite(process_logits(logits, [seq])[0]).nonzero().flatten().tolist() == allowed

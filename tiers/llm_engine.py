@@ -20,7 +20,7 @@ from tiers.engine.config import EngineConfig
 from tiers.engine.detokenizer import Detokenizer
 from tiers.engine.kv_cache import kv_bytes_per_block, resolve_max_model_len
 from tiers.engine.model_runner import ModelRunner
-from tiers.engine.output_processor import OutputProcessor, eos_token_ids
+from tiers.engine.output_processor import OutputProcessor
 from tiers.engine.outputs import EngineStats, RequestOutput
 from tiers.engine.processor import InputProcessor, Prompt
 from tiers.engine.sampler import SamplerOutput
@@ -62,11 +62,10 @@ class Engine:
         self.speculator = _speculator(config, draft_model, self.runner, self.max_model_len)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
-        eos = eos_token_ids(self.model_config, self.tokenizer)
-        self.processor = InputProcessor(self.path, self.tokenizer, self.model_config.vocab_size, self.max_model_len,
-                                        config.seed, self.runner.make_generator, eos)
+        self.processor = InputProcessor(self.path, self.tokenizer, self.model_config, self.max_model_len, config.seed,
+                                        self.runner.make_generator)
         self.detokenizer = Detokenizer(self.tokenizer) if self.tokenizer is not None else None
-        self.output_processor = OutputProcessor(self.detokenizer, eos, self.max_model_len)
+        self.output_processor = OutputProcessor(self.detokenizer, self.processor.eos_token_ids, self.max_model_len)
         self._seqs: dict[str, Sequence] = {}
         self._pending: deque[Sequence] = deque()
         self._pending_aborts: deque[str] = deque()
@@ -97,7 +96,7 @@ class Engine:
         return seq.request_id
 
     def check_structured_output(self, params: StructuredOutputParams) -> None:
-        """Compiles and caches `params`' grammar, as add_request would: InvalidRequestError if it cannot."""
+        """Compiles and caches the grammar as add_request would: InvalidRequestError for a schema it refuses."""
         self.processor.grammars.compile(params)
 
     def _submit(self, seqs: list[Sequence]) -> None:
@@ -284,8 +283,7 @@ class Engine:
                            kv_cache_usage=used / bm.num_blocks, num_running=len(self.scheduler.running),
                            num_waiting=len(self.scheduler.waiting) + len(self._pending),
                            prefix_cache_hit_rate=bm.prefix_hit_rate, num_preemptions=self.scheduler.num_preemptions,
-                           num_steps=self.num_steps,
-                           speculative=self.speculator.stats() if self.speculator is not None else None)
+                           num_steps=self.num_steps, speculative=self.speculator.stats() if self.speculator else None)
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         return self.processor.apply_chat_template(messages, add_generation_prompt)

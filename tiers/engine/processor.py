@@ -8,20 +8,22 @@ from typing import Any, Callable, Sequence as Seq
 
 import torch
 
+from tiers.engine.output_processor import eos_token_ids
 from tiers.engine.outputs import RequestOutput
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.sequence import Sequence
 from tiers.engine.structured_output import GrammarCompiler
+from tiers.models.config import ModelConfig
 
 Prompt = str | list[int]
 
 
 class InputProcessor:
-    def __init__(self, path: Path, tokenizer: Any, vocab_size: int, max_model_len: int, seed: int,
-                 make_generator: Callable[[int], torch.Generator], eos_token_ids: set[int]) -> None:
-        self.path, self.tokenizer, self.vocab_size = path, tokenizer, vocab_size
-        self.eos_token_ids = frozenset(eos_token_ids)
-        self.grammars = GrammarCompiler(tokenizer, vocab_size, eos_token_ids)
+    def __init__(self, path: Path, tokenizer: Any, model_config: ModelConfig, max_model_len: int, seed: int,
+                 make_generator: Callable[[int], torch.Generator]) -> None:
+        self.path, self.tokenizer, self.vocab_size = path, tokenizer, model_config.vocab_size
+        self.eos_token_ids = frozenset(eos_token_ids(model_config, tokenizer))
+        self.grammars = GrammarCompiler(tokenizer, self.vocab_size, set(self.eos_token_ids))
         self.max_model_len = max_model_len
         self.make_generator = make_generator
         self._rng = random.Random(seed)

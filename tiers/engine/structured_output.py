@@ -4,8 +4,8 @@ matcher per sequence, and the vocabulary bitmask of the tokens each constrained 
 llguidance was chosen over xgrammar by measurement (benchmarks/structured_output.py, docs/engine.md): both compile
 all 16 test schemas, but xgrammar 0.2 lets a JSON string take raw control characters (with minLength/maxLength)
 and UTF-16 surrogates, i.e. invalid JSON or invalid UTF-8 that sampled outputs did hit, where llguidance refuses
-them; xgrammar's masks are faster (~3.5 us against ~120 us per token on SmolLM2's 49k vocabulary), which is small
-beside a decode step. JSON is generated compact (no free whitespace), so a model cannot wander into endless
+them; xgrammar's masks are faster (~4 us against ~90-120 us per token on SmolLM2's 49k vocabulary), which is
+small beside a decode step. JSON is generated compact (no free whitespace), so a model cannot wander into endless
 whitespace. llguidance stops a grammar as soon as nothing but EOS can follow (a closed object), so such outputs end
 without an EOS token.
 """
