@@ -40,6 +40,4 @@ def normalize_messages(messages: Sequence[Any]) -> list[dict[str, str]]:
             raise invalid_request(f"messages[{i}].role {message.role!r} is not supported; use one of "
                                   f"{', '.join(ROLES)}", f"messages.{i}.role")
         normalized.append({"role": role, "content": _content_text(message.content, i, message.role)})
-    if not any(m["role"] == "user" and m["content"].strip() for m in normalized):
-        raise invalid_request("messages need at least one non-empty user message", "messages", code="empty_messages")
     return normalized
