@@ -55,6 +55,9 @@ def serve(host: str = typer.Option("127.0.0.1", metavar="HOST", help="address to
     if settings.uses_demo_tiers:
         typer.echo(f"no tiers configured: serving the embedded demo tiers ({_demo_summary(settings.demo_model)}); "
                    "configure tiers with --config (README, Configuration)")
+    from aio.commands.thresholds_view import startup_routing_line
+
+    typer.echo(startup_routing_line(settings))
     typer.echo(f"OpenAI-compatible endpoint: http://{host}:{port}/v1  (model 'auto' routes)")
     _exit_cleanly_on_signals()
     uvicorn.run(create_app(settings, bind_host=host, admin_key=admin_key), host=host, port=port,

@@ -172,11 +172,15 @@ def test_summary_cost_and_savings_equal_the_seeded_sums(seeded, params):
     records = in_range(seeded["old"], params)
     data = get(seeded, "summary", **params)
     assert data["range"]["source"] == ("aggregates" if params is AGG else "raw")
+    everything = records
+    rejected = [r for r in records if r.tier is None]  # refused before a tier took them: not a tier, not errors
+    records = [r for r in records if r.tier is not None]
     assert_close(data["total"], sums(records))
+    assert data["total"]["rejected"] == data["rejected"]["requests"] == len(rejected) > 0
     by_tier = defaultdict(list)
     for r in records:
         by_tier[tier_of(r)].append(r)
-    assert set(data["tiers"]) == set(by_tier)
+    assert set(data["tiers"]) == set(by_tier) and "none" not in data["tiers"]
     for tier, rows in by_tier.items():
         assert_close(data["tiers"][tier], sums(rows))
     judged = [v for v in seeded["verifications"] if any(v["request_id"] == r.request_id for r in records)
@@ -185,7 +189,7 @@ def test_summary_cost_and_savings_equal_the_seeded_sums(seeded, params):
         assert data["total"]["quality_verdicts"] == len(judged)
         assert data["total"]["quality_pass_rate"] == pytest.approx(sum(v["passed"] for v in judged) / len(judged))
         assert data["total"]["judge_cost_usd"] == pytest.approx(sum(v["judge_cost_usd"] for v in judged))
-    ttft = [r.ttft_ms for r in records if r.ttft_ms is not None]
+    ttft = [r.ttft_ms for r in everything if r.ttft_ms is not None]
     p95 = data["total"]["ttft_p95_ms"]
     if params is RAW:
         assert p95 == pytest.approx(nearest_rank(ttft, 0.95))
@@ -286,7 +290,7 @@ def test_latency_percentiles(seeded, params):
                 else:
                     assert exact / FACTOR <= got[name] <= exact * FACTOR, (tier, metric, name, exact, got[name])
             assert got["p99_p50_ratio"] == pytest.approx(got["p99"] / got["p50"])
-            assert got["contention"] == (got["p99"] / got["p50"] > 10)
+            assert got["contention"] == (got["p99"] / got["p50"] > 10 and len(values) >= 50 and got["p50"] >= 1.0)
 
 
 def test_quality_pass_rates_wilson_and_judge_cost(seeded):

@@ -27,8 +27,9 @@ class Format(str, Enum):
 
 
 def _rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    rejected = {"requests": summary["total"].get("rejected", 0)}  # refused before a tier: requests only
     return [{"tier": tier, **{c: values.get(c) for c in COLUMNS[1:]}}
-            for tier, values in [*summary["tiers"].items(), ("total", summary["total"])]]
+            for tier, values in [*summary["tiers"].items(), ("rejected", rejected), ("total", summary["total"])]]
 
 
 def _cell(column: str, value: Any) -> str:

@@ -19,6 +19,26 @@ def _quality_source(settings: Settings, state: RouterState) -> tuple[float, str]
     return settings.quality, "the shipped default (docs/routing.md: calibrated on the seed data)"
 
 
+def seed_split_text(quality: float, tiers: list[str]) -> str:
+    """The tier split `quality` gives on the seed data's held-out prompts with the shipped classifier."""
+    from aio.routing_default import shipped
+
+    calibration = shipped()
+    if calibration is None:
+        return "no shipped calibration (aio/routing_default.json is missing)"
+    split = calibration.split(quality, tuple(tiers))
+    return (", ".join(f"{tier} {share:.0%}" for tier, share in split.items())
+            + f" of {calibration.data} with {calibration.classifier_version}")
+
+
+def startup_routing_line(settings: Settings) -> str:
+    """What `aio serve` prints about routing before it starts."""
+    tiers = sorted(settings.tiers or TIER_ORDER, key=TIER_ORDER.index)
+    source = "from the settings" if "quality" in settings.model_fields_set else "the shipped default"
+    return (f"routing: quality {settings.quality:.4f} ({source}; `aio router thresholds` shows a database "
+            f"override and the monitor's offsets): {seed_split_text(settings.quality, tiers)}")
+
+
 def thresholds_text(settings: Settings, state: RouterState, engine: Engine) -> str:
     quality, source = _quality_source(settings, state)
     tiers = sorted(settings.tiers or TIER_ORDER, key=TIER_ORDER.index)
@@ -29,6 +49,7 @@ def thresholds_text(settings: Settings, state: RouterState, engine: Engine) -> s
         threshold = min(1.0, quality + offset)
         lines.append(f"  {tier:7} {threshold:.4f} = quality {quality:.4f} + offset {offset:+.4f}")
     lines.append(f"  {tiers[-1]:7} -      (the largest tier takes whatever the cheaper ones do not)")
+    lines.append(f"at this quality (no offsets): {seed_split_text(quality, tiers)}")
     with engine.connect() as connection:
         note = connection.scalar(sa.select(RouterSettings.note))
         last = connection.execute(sa.select(ThresholdChange).order_by(ThresholdChange.changed_at.desc(),

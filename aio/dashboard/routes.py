@@ -76,8 +76,14 @@ async def _read(state: Any, work: Callable[[Connection], dict[str, Any]]) -> dic
 
 @api.get("/summary")
 async def summary(state: State, r: Range) -> dict[str, Any]:
-    """KPI tiles, in total and per tier."""
-    return await _read(state, lambda c: service.summary(c, r))
+    """KPI tiles, in total and per tier; whether the tiers are the demo tiers; the quality monitor's limits (the
+    pass rate below which a tier's traffic is moved up, and the one at which it recovers)."""
+    data = await _read(state, lambda c: service.summary(c, r))
+    settings = state.settings
+    data["demo_tiers"] = state.demo.note if state.demo is not None else None
+    data["quality_limits"] = {"red_below": 1.0 - settings.quality_max_failure_rate,
+                              "amber_below": 1.0 - settings.quality_recover_rate}
+    return data
 
 
 @api.get("/traffic")
