@@ -57,6 +57,10 @@ function chart(id, config) {
   if (charts[id]) charts[id].destroy();
   config.options = Object.assign({ responsive: true, maintainAspectRatio: false, animation: false,
     interaction: { mode: "index", intersect: false } }, config.options || {});
+  // Horizontal x labels: Chart.js skips the ones that do not fit instead of tilting them over each other.
+  const scales = config.options.scales = config.options.scales || {};
+  scales.x = Object.assign({}, scales.x);
+  scales.x.ticks = Object.assign({ maxRotation: 0, autoSkip: true, autoSkipPadding: 8 }, scales.x.ticks || {});
   charts[id] = new Chart(document.getElementById(id), config);
 }
 
