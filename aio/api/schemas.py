@@ -74,7 +74,7 @@ class StreamOptions(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)  # NaN/Infinity in JSON: "a finite number"
 
     model: str
     messages: list[ChatMessage]

@@ -53,7 +53,4 @@ def normalize_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
     """`messages` are pydantic ChatMessage objects; raises a 400 APIError on bad input."""
     if not messages:
         raise invalid_request("messages must contain at least one message", "messages", code="empty_messages")
-    normalized = [_normalize(message, i) for i, message in enumerate(messages)]
-    if not any(m["role"] == "user" and m["content"].strip() for m in normalized):
-        raise invalid_request("messages need at least one non-empty user message", "messages", code="empty_messages")
-    return normalized
+    return [_normalize(message, i) for i, message in enumerate(messages)]

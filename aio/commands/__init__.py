@@ -1,14 +1,19 @@
 """Sub-commands of `aio` (registered in `aio.cli`)."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from sqlalchemy.engine import Engine
 
-ConfigOption = typer.Option(None, "--config", "-c", help="a TOML settings file (AIO_* variables override it)",
+if TYPE_CHECKING:
+    from aio.settings import Settings
+
+ConfigOption = typer.Option(None, "--config", "-c", metavar="FILE", help="a TOML settings file (AIO_* variables override it)",
                             dir_okay=False)
 
 
@@ -16,6 +21,16 @@ def fail(message: str) -> typer.Exit:
     """Print `message` as an error; `raise fail(...)` ends the command with status 1."""
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     return typer.Exit(1)
+
+
+def describe_database(settings: Settings) -> str:
+    """Which database the settings name, and why: so that a missing AIO_HOME is seen, not silently a fresh one."""
+    from aio.db.database import safe_url
+
+    if settings.database_url:
+        return f"{safe_url(settings.database_url)} (database_url)"
+    where = "AIO_HOME" if os.environ.get("AIO_HOME") else "the default home: AIO_HOME is not set"
+    return f"{safe_url(settings.resolved_database_url)} (SQLite under {where})"
 
 
 @contextmanager
@@ -27,9 +42,11 @@ def database(config: Path | None, *, ensure_schema: bool = True) -> Iterator[Eng
     from aio.settings import ConfigError, load_settings
 
     try:
-        engine = make_engine(load_settings(config).resolved_database_url)
+        settings = load_settings(config)
+        engine = make_engine(settings.resolved_database_url)
     except (ConfigError, DatabaseError) as exc:
         raise fail(str(exc)) from None
+    typer.echo(f"database: {describe_database(settings)}", err=True)
     try:
         if ensure_schema:
             _ensure_schema(engine)

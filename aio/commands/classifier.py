@@ -7,8 +7,8 @@ import typer
 
 from aio.commands import ConfigOption, database, fail
 
-classifier_app = typer.Typer(help="Router classifier versions.", no_args_is_help=True)
-router_app = typer.Typer(help="Routing thresholds.", no_args_is_help=True)
+classifier_app = typer.Typer(help="Router classifier versions.", no_args_is_help=True, rich_markup_mode=None)
+router_app = typer.Typer(help="Routing thresholds.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @classifier_app.command("list")
@@ -20,11 +20,15 @@ def list_versions(config: Path | None = ConfigOption) -> None:
         versions = registry.list_versions(engine)
     if not versions:
         typer.echo("no classifier versions yet (the server registers the shipped one at its first start)")
+        return
+    row = "{:1} {:40} {:11} {:13} {:16} {:>8} {:>14}"
+    typer.echo(row.format("", "VERSION", "STATUS", "KIND", "CREATED (UTC)", "EXAMPLES", "HELD-OUT LOSS"))
     for v in versions:
         holdout = v.metrics.get("holdout", {})
-        loss = f"  held-out log loss {holdout['log_loss']:.4f}" if "log_loss" in holdout else ""
-        typer.echo(f"{'*' if v.active else ' '} {v.version:40s} {v.status:11s} {v.kind:13s} "
-                   f"{v.created_at:%Y-%m-%d %H:%M}  {v.num_train_examples:6d} examples{loss}")
+        loss = f"{holdout['log_loss']:.4f}" if "log_loss" in holdout else "-"
+        typer.echo(row.format("*" if v.active else "", v.version, v.status, v.kind, f"{v.created_at:%Y-%m-%d %H:%M}",
+                              v.num_train_examples, loss))
+    typer.echo("* = active")
 
 
 @classifier_app.command()
@@ -54,9 +58,9 @@ def rollback(config: Path | None = ConfigOption) -> None:
 
 
 @router_app.command()
-def calibrate(large_share: float = typer.Option(..., "--large-share", min=0.0, max=1.0,
+def calibrate(large_share: float = typer.Option(..., "--large-share", min=0.0, max=1.0, metavar="SHARE",
                                                 help="the share of routed traffic the large tier should get"),
-              since: str = typer.Option("7d", help="the traffic window: 7d, 36h, 2w"),
+              since: str = typer.Option("7d", metavar="DURATION", help="the traffic window: 7d, 36h, 2w"),
               dry_run: bool = typer.Option(False, "--dry-run", help="print, store nothing"),
               config: Path | None = ConfigOption) -> None:
     """Set the quality threshold so that about --large-share of recent traffic goes to the large tier."""
@@ -89,14 +93,18 @@ def _current_router(config: Path | None, engine):
 
 
 @router_app.command()
-def thresholds(small: float | None = typer.Option(None, help="set the small tier's threshold offset (0 = none)"),
-               medium: float | None = typer.Option(None, help="set the medium tier's threshold offset"),
-               quality: float | None = typer.Option(None, min=0.0, max=1.0, help="set the deployment's quality"),
+def thresholds(small: float | None = typer.Option(None, metavar="OFFSET",
+                                                  help="set the small tier's threshold offset (0 = none)"),
+               medium: float | None = typer.Option(None, metavar="OFFSET",
+                                                   help="set the medium tier's threshold offset"),
+               quality: float | None = typer.Option(None, min=0.0, max=1.0, metavar="Q",
+                                                    help="set the deployment's quality"),
                reset: bool = typer.Option(False, "--reset", help="clear every offset"),
                config: Path | None = ConfigOption) -> None:
     """Show the routing thresholds, or override them by hand (the quality monitor moves the offsets too)."""
+    from aio.commands.thresholds_view import thresholds_text
     from aio.routing import registry
-    from aio.settings import TIER_ORDER
+    from aio.settings import TIER_ORDER, load_settings
 
     given = {tier: value for tier, value in zip(TIER_ORDER, (small, medium)) if value is not None}
     with database(config) as engine:
@@ -112,7 +120,5 @@ def thresholds(small: float | None = typer.Option(None, help="set the small tier
                                                   updated_by="aio router thresholds", note="set by hand")
             except registry.RegistryError as exc:
                 raise fail(str(exc)) from None
-    shown_quality = "settings default" if state.quality is None else f"{state.quality:.4f}"
-    typer.echo(f"quality: {shown_quality}; offsets: {state.offsets or 'none'}"
-               + (f"; updated by {state.updated_by} at {state.updated_at:%Y-%m-%d %H:%M} UTC" if state.updated_at else "")
-               + (f"; retrain due: {state.retrain_due_reason}" if state.retrain_due_at else ""))
+        text = thresholds_text(load_settings(config), state, engine)
+    typer.echo(text)

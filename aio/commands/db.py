@@ -7,12 +7,12 @@ import typer
 
 from aio.commands import ConfigOption, database, fail
 
-db_app = typer.Typer(help="The SQL database: migrations.", no_args_is_help=True)
+db_app = typer.Typer(help="The SQL database: migrations.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @db_app.command()
 def upgrade(config: Path | None = ConfigOption,
-            revision: str = typer.Option("head", help="the revision to migrate to")) -> None:
+            revision: str = typer.Option("head", metavar="REVISION", help="the revision to migrate to")) -> None:
     """Migrate the database schema (run once per deployment, before starting servers on a new version)."""
     from aio.db import migrate
     from aio.db.database import safe_url
@@ -47,7 +47,7 @@ def current(config: Path | None = ConfigOption,
 
 @db_app.command()
 def prune(config: Path | None = ConfigOption,
-          days: int | None = typer.Option(None, "--days", min=1,
+          days: int | None = typer.Option(None, "--days", min=1, metavar="DAYS",
                                           help="keep this many days of raw rows (default: raw_retention_days)")) -> None:
     """Delete raw request rows (and their verifications) older than the retention; daily aggregates stay."""
     from aio.db.retention import prune_raw_rows

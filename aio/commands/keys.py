@@ -9,7 +9,7 @@ import typer
 
 from aio.commands import ConfigOption, database, fail
 
-keys_app = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
+keys_app = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True, rich_markup_mode=None)
 
 
 class Role(str, Enum):
@@ -22,7 +22,7 @@ def _when(moment: datetime | None) -> str:
 
 
 @keys_app.command()
-def create(name: str = typer.Option(..., "--name", help="who or what the key is for"),
+def create(name: str = typer.Option(..., "--name", metavar="NAME", help="who or what the key is for"),
            role: Role = typer.Option(Role.user, "--role", help="admin keys can also use the admin endpoints"),
            config: Path | None = ConfigOption) -> None:
     """Create a key and print it once (on stdout; the notes go to stderr)."""

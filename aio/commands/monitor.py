@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -10,8 +11,8 @@ import typer
 from aio.commands import ConfigOption, database, fail
 
 
-def monitor(lookback: str = typer.Option("1h", help="verify answers of this recent window: 30m, 1h, 1d"),
-            poll_interval: float = typer.Option(2.0, min=0.1, help="seconds between looks at the log"),
+def monitor(lookback: str = typer.Option("1h", metavar="DURATION", help="verify answers of this recent window: 30m, 1h, 1d"),
+            poll_interval: float = typer.Option(2.0, min=0.1, metavar="SECONDS", help="seconds between looks at the log"),
             once: bool = typer.Option(False, "--once", help="verify what is pending, then exit"),
             config: Path | None = ConfigOption) -> None:
     """Verify a sample of small/medium answers on the large tier (set monitor_mode = "external" on the servers
@@ -27,12 +28,42 @@ def monitor(lookback: str = typer.Option("1h", help="verify answers of this rece
         raise fail(str(exc)) from None
     if settings.tiers and REFERENCE_TIER not in settings.tiers:
         raise fail("the quality monitor replays on the large tier, which is not configured")
+    if settings.monitor_mode == "serve":
+        typer.echo("note: monitor_mode is \"serve\": the servers verify answers themselves; this process verifies "
+                   "only what they have not (set monitor_mode = \"external\" on the servers to leave it to "
+                   "`aio monitor`)", err=True)
     with database(config) as engine:
-        verified = asyncio.run(_run(settings, engine, window, poll_interval, once))
-    typer.echo(f"verified {verified} answers")
+        outcome = asyncio.run(_run(settings, engine, window, poll_interval, once))
+    typer.echo(f"verified {outcome.verified} answers" + ("" if outcome.verified else f": {outcome.why_none(lookback)}"))
 
 
-async def _run(settings, engine, window, poll_interval: float, once: bool) -> int:
+@dataclass
+class Outcome:
+    verified: int
+    pending: int  # unverified small/medium answers found in the window
+    offered: int
+    sampled: int
+    dropped: dict[str, int]
+    settings: object
+
+    def why_none(self, lookback: str) -> str:
+        s = self.settings
+        if self.pending == 0:
+            redacted = "" if s.log_prompts else " (log_prompts = false: no prompt is stored, so none can be replayed)"
+            already = " the servers' own monitor (monitor_mode = \"serve\") may have verified them already;" \
+                if s.monitor_mode == "serve" else ""
+            return (f"no unverified small/medium answers with a logged prompt in the last {lookback}{redacted};"
+                    f"{already} widen --lookback to look further back")
+        if self.sampled == 0 and not self.dropped:
+            return (f"{self.pending} unverified answers found, none drawn by the sample (quality_sample_rate = "
+                    f"{s.quality_sample_rate}); raise AIO_QUALITY_SAMPLE_RATE to verify more")
+        if self.dropped:
+            reasons = ", ".join(f"{n} {reason}" for reason, n in self.dropped.items())
+            return f"{self.pending} found, {self.sampled} sampled, dropped: {reasons} (quality_budget_tokens_per_hour)"
+        return f"{self.sampled} sampled, but no verdict came back (see the log above for the replay errors)"
+
+
+async def _run(settings, engine, window, poll_interval: float, once: bool) -> Outcome:
     from aio.monitoring import SqlVerdictStore, build_monitor, unverified_candidates
     from aio.routing import registry
     from aio.settings import REFERENCE_TIER
@@ -47,15 +78,17 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> in
         embedded = embedded_default(settings.home, settings.demo_model)
         tier_settings, random_weights = embedded.tiers[REFERENCE_TIER], embedded.random_weights
     reference = await asyncio.to_thread(build_tier, REFERENCE_TIER, tier_settings, random_weights)
-    store = SqlVerdictStore(engine, store_text=settings.log_prompts)
+    store = SqlVerdictStore(engine, store_text=settings.log_prompts, demo_tiers=not settings.tiers)
     quality_monitor = build_monitor(settings, reference, tier_settings.prices, store)
     quality_monitor.start()
     seen: set[str] = set()
+    pending = 0
     try:
         while True:
             state = await asyncio.to_thread(registry.router_state, engine)
             quality = settings.quality if state.quality is None else state.quality
             candidates = await asyncio.to_thread(unverified_candidates, engine, window, quality, state.offsets)
+            pending = len(candidates)
             for candidate in candidates:
                 if candidate.request_id in seen:
                     continue
@@ -65,7 +98,9 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> in
                 quality_monitor.offer(candidate)
             if once:
                 await quality_monitor.drain()
-                return sum(quality_monitor.stats.verdicts.values())
+                stats = quality_monitor.stats
+                return Outcome(sum(stats.verdicts.values()), pending, stats.offered, sum(stats.sampled.values()),
+                               dict(stats.dropped), settings)
             await asyncio.sleep(poll_interval)
     finally:
         await quality_monitor.stop()

@@ -13,7 +13,7 @@ import typer
 
 from aio.commands import ConfigOption, database, fail
 
-report_app = typer.Typer(help="Reports from the SQL log.", no_args_is_help=True)
+report_app = typer.Typer(help="Reports from the SQL log.", no_args_is_help=True, rich_markup_mode=None)
 
 COLUMNS = ("tier", "requests", "errors", "error_rate", "prompt_tokens", "completion_tokens", "tokens", "cost_usd",
            "baseline_cost_usd", "savings_usd", "savings_pct", "quality_pass_rate", "quality_verdicts",
@@ -27,8 +27,9 @@ class Format(str, Enum):
 
 
 def _rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    rejected = {"requests": summary["total"].get("rejected", 0)}  # refused before a tier: requests only
     return [{"tier": tier, **{c: values.get(c) for c in COLUMNS[1:]}}
-            for tier, values in [*summary["tiers"].items(), ("total", summary["total"])]]
+            for tier, values in [*summary["tiers"].items(), ("rejected", rejected), ("total", summary["total"])]]
 
 
 def _cell(column: str, value: Any) -> str:
@@ -75,8 +76,8 @@ def _range(since: str, until: str | None):
 
 
 @report_app.command()
-def cost(since: str = typer.Option("7d", "--since", help="24h, 7d, 30d, <N>h, <N>d, or a date / date-time"),
-         until: str | None = typer.Option(None, "--until", help="with a date --since: the end (default now)"),
+def cost(since: str = typer.Option("7d", "--since", metavar="WHEN", help="24h, 7d, 30d, <N>h, <N>d, or a date / date-time"),
+         until: str | None = typer.Option(None, "--until", metavar="WHEN", help="with a date --since: the end (default now)"),
          output: Format = typer.Option(Format.table, "--format", help="table, csv or json"),
          config: Path | None = ConfigOption) -> None:
     """What was spent, what all-large would have cost, the savings, quality, errors and p95 TTFT, per tier."""

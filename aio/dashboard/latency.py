@@ -18,13 +18,18 @@ from aio.db.models import DailyHistogram, Request
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 CONTENTION_RATIO = 10.0  # p99 / p50 above this: requests wait on each other
+# ... but only when the ratio means something: enough samples for a p99 that is not the single slowest request,
+# and a p50 well above the timer's noise (a sub-millisecond queue time makes any ratio huge)
+CONTENTION_MIN_SAMPLES = 50
+CONTENTION_MIN_P50_MS = 1.0
 ALL = "all"
 
 
 def _summary(count: int, quantile) -> dict[str, Any]:
     out: dict[str, Any] = {"count": count, **{name: quantile(q) for name, q in QUANTILES.items()}}
     out["p99_p50_ratio"] = out["p99"] / out["p50"] if out["p50"] else None
-    out["contention"] = out["p99_p50_ratio"] is not None and out["p99_p50_ratio"] > CONTENTION_RATIO
+    out["contention"] = (out["p99_p50_ratio"] is not None and out["p99_p50_ratio"] > CONTENTION_RATIO
+                         and count >= CONTENTION_MIN_SAMPLES and out["p50"] >= CONTENTION_MIN_P50_MS)
     return out
 
 
@@ -65,5 +70,6 @@ def latency(connection: Connection, r: TimeRange, metrics: tuple[str, ...] = LAT
     found = _from_histograms(connection, r, metrics) if r.source == "aggregates" else _from_raw(connection, r, metrics)
     order = sorted((t for t in found if t != ALL), key=tier_sort_key) + ([ALL] if ALL in found else [])
     return {"metrics": list(metrics), "contention_ratio": CONTENTION_RATIO,
+            "contention_min_samples": CONTENTION_MIN_SAMPLES, "contention_min_p50_ms": CONTENTION_MIN_P50_MS,
             "method": "histogram" if r.source == "aggregates" else "exact",
             "tiers": {tier: found[tier] for tier in order}}

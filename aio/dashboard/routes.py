@@ -1,32 +1,28 @@
-"""HTTP: `GET /dashboard` (the page; a login form without a valid key), `POST /dashboard/login|logout`, the page's
-static files, and the JSON API under `/api/dashboard/` (admin key as Bearer header or the dashboard cookie)."""
+"""HTTP: `GET /dashboard` (the page; a sign-in form without a valid session), `POST /dashboard/login|logout`
+(aio.dashboard.login), the page's static files, and the JSON API under `/api/dashboard/` (admin key as Bearer
+header or the session cookie)."""
 from __future__ import annotations
 
 import asyncio
-import html
-from pathlib import Path
 from typing import Annotated, Any, Callable
-from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, Response
 from sqlalchemy.engine import Connection
 
 from aio.dashboard import service
-from aio.dashboard.auth import COOKIE, COOKIE_MAX_AGE_S, presented_key, require_admin
+from aio.dashboard.auth import COOKIE, require_admin, signed_in
+from aio.dashboard.login import SECURITY_HEADERS, STATIC, login_page
+from aio.dashboard.login import router as login_router
 from aio.dashboard.engine_stats import engine_stats
 from aio.dashboard.queries import BREAKDOWNS
 from aio.dashboard.ranges import TimeRange, parse_range
 from aio.server.deps import State
 from aio.api.errors import APIError, invalid_request
+from aio.server.auth import bearer_token
 
-STATIC = Path(__file__).parent / "static"
 STATIC_FILES = {"chart.umd.js": "text/javascript", "dashboard.js": "text/javascript", "dashboard.css": "text/css",
                 "chart.js.LICENSE.md": "text/plain"}
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                               "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
 page = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api/dashboard", tags=["dashboard"], dependencies=[Depends(require_admin)])
@@ -34,46 +30,17 @@ api = APIRouter(prefix="/api/dashboard", tags=["dashboard"], dependencies=[Depen
 
 # ---- the page ---------------------------------------------------------------------------------------------------
 
-def _login_page(status_code: int, message: str) -> HTMLResponse:
-    text = (STATIC / "login.html").read_text().replace("{{message}}", html.escape(message))
-    return HTMLResponse(text, status_code=status_code, headers=SECURITY_HEADERS)
-
-
-async def _check(request: Request, key: str | None) -> APIError | None:
-    try:
-        await request.app.state.aio.auth.admin_token(key)
-    except APIError as exc:
-        return exc
-    return None
-
-
 @page.get("/dashboard")
 async def dashboard(request: Request) -> Response:
-    error = await _check(request, presented_key(request))
-    if error is not None:
-        message = "Sign in with the admin key." if presented_key(request) is None else error.message
-        return _login_page(error.status_code, message)
+    try:
+        await signed_in(request)
+    except APIError as exc:
+        signed_out = bearer_token(request) is None and COOKIE not in request.cookies
+        return login_page(exc.status_code, "Sign in with the admin key." if signed_out else exc.message)
     return HTMLResponse((STATIC / "index.html").read_text(), headers=SECURITY_HEADERS)
 
 
-@page.post("/dashboard/login")
-async def login(request: Request) -> Response:
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    key = (form.get("key") or [""])[0].strip()
-    error = await _check(request, key or None)
-    if error is not None:
-        return _login_page(error.status_code, error.message if key else "Enter the admin key.")
-    response = RedirectResponse("/dashboard", status_code=303)
-    response.set_cookie(COOKIE, key, max_age=COOKIE_MAX_AGE_S, httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https", path="/")
-    return response
-
-
-@page.post("/dashboard/logout")
-async def logout() -> Response:
-    response = RedirectResponse("/dashboard", status_code=303)
-    response.delete_cookie(COOKIE, path="/")
-    return response
+page.include_router(login_router)
 
 
 @page.get("/dashboard/static/{name}")
@@ -109,8 +76,14 @@ async def _read(state: Any, work: Callable[[Connection], dict[str, Any]]) -> dic
 
 @api.get("/summary")
 async def summary(state: State, r: Range) -> dict[str, Any]:
-    """KPI tiles, in total and per tier."""
-    return await _read(state, lambda c: service.summary(c, r))
+    """KPI tiles, in total and per tier; whether the tiers are the demo tiers; the quality monitor's limits (the
+    pass rate below which a tier's traffic is moved up, and the one at which it recovers)."""
+    data = await _read(state, lambda c: service.summary(c, r))
+    settings = state.settings
+    data["demo_tiers"] = state.demo.note if state.demo is not None else None
+    data["quality_limits"] = {"red_below": 1.0 - settings.quality_max_failure_rate,
+                              "amber_below": 1.0 - settings.quality_recover_rate}
+    return data
 
 
 @api.get("/traffic")

@@ -11,6 +11,7 @@ from aio.dashboard import quality as quality_panel
 from aio.dashboard import queries
 from aio.dashboard import router_panel
 from aio.dashboard.ranges import TimeRange
+from aio.db.rollups import NO_TIER
 
 DEFAULT_TOP_N = 10
 DEFAULT_SAMPLES = 20
@@ -26,16 +27,20 @@ def _kpis(usage: dict[str, Any], quality: dict[str, Any] | None, ttft: dict[str,
 
 def summary(connection: Connection, r: TimeRange) -> dict[str, Any]:
     """KPI tiles, in total and per tier: requests, tokens, cost, all-large baseline, savings ($, %), error rate
-    (requests not "ok": errors, cancellations, rejections), quality pass rate of the verified samples, judge
-    cost (not part of the cost) and p95 time to first token."""
+    (requests a tier took that did not end "ok"), quality pass rate of the verified samples, judge cost (not part
+    of the cost) and p95 time to first token. Requests refused before any tier took them (4xx: bad input, auth,
+    limits) are not a tier and not errors of the service: they are counted on their own under `rejected`."""
     by_tier = queries.sums_by_tier(connection, r)
+    rejected = by_tier.pop(NO_TIER, None)
     quality = quality_panel.pass_rates(connection, r)
     ttft = latency_panel.latency(connection, r, ("ttft_ms",))["tiers"]
     tiers = {tier: _kpis(usage, quality["tiers"].get(tier), ttft.get(tier, {}).get("ttft_ms"))
              for tier, usage in by_tier.items()}
     total = _kpis(queries.totals(by_tier), quality["total"] if quality["total"]["verdicts"] else None,
                   ttft.get(latency_panel.ALL, {}).get("ttft_ms"))
-    return {"range": r.as_json(), "total": total, "tiers": tiers}
+    total["rejected"] = rejected["requests"] if rejected else 0
+    return {"range": r.as_json(), "total": total, "tiers": tiers,
+            "rejected": {"requests": rejected["requests"]} if rejected else {"requests": 0}}
 
 
 def traffic(connection: Connection, r: TimeRange) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Schema migrations (Alembic, in the `migrations` package) run from code: `aio db upgrade` and embedded SQLite."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,9 @@ import migrations
 from aio.db.database import DatabaseError, make_engine, safe_url
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
+# Alembic's INFO lines (context impl, each revision run) are noise in CLI output and the server log; callers say
+# what was migrated themselves (`aio db upgrade`).
+logging.getLogger("alembic").setLevel(logging.WARNING)
 T = TypeVar("T")
 
 

@@ -100,6 +100,8 @@ class Verification(Base):
     judge_prompt_tokens: Mapped[int] = mapped_column(default=0, server_default="0")
     judge_completion_tokens: Mapped[int] = mapped_column(default=0, server_default="0")
     judge_cost_usd: Mapped[float] = mapped_column(default=0.0, server_default="0")  # never in user-facing cost
+    # both answers came from the embedded demo tiers (one model, or random weights): never a training label
+    demo_tiers: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
 
 
 class ClassifierVersion(Base):
@@ -213,3 +215,18 @@ class ApiKey(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
+
+
+class DashboardSession(Base):
+    """A dashboard sign-in: the browser holds a random token, the table only its SHA-256. A session ends at
+    `expires_at`, at logout (`revoked_at`), or when the key it was opened with stops being a valid admin key: an
+    admin-role API key (`key_id`) revoked, or the configured admin key changed (`admin_binding` no longer matches)."""
+    __tablename__ = "dashboard_sessions"
+
+    token_hash: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    key_id: Mapped[int | None] = mapped_column(sa.ForeignKey("api_keys.id"), index=True)
+    admin_binding: Mapped[str | None] = mapped_column(sa.String)  # HMAC(admin key, token) for the configured key
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    revoked_at: Mapped[datetime | None]
+    client: Mapped[str | None] = mapped_column(sa.String)  # the address it signed in from (for the operator)

@@ -74,21 +74,26 @@ def calibrate_large_share(engine: Engine, router: Router, large_share: float, si
     if len(proba) < MIN_REQUESTS:
         raise CalibrationError(f"only {len(proba)} routed requests in the window (need >= {MIN_REQUESTS}): "
                                "widen --since or wait for traffic")
-    # The largest tier is chosen when the next-largest one's P(good) falls short of the threshold.
-    below = router.tiers[-2]
-    p_good = np.cumsum(proba, axis=1)[:, min(TIER_ORDER.index(below), proba.shape[1] - 1)]
-    ordered = np.sort(p_good)
-    k = int(round(large_share * len(ordered)))
-    cut = 0.0 if k == 0 else (1.0 + 1e-6 if k >= len(ordered) else float((ordered[k - 1] + ordered[k]) / 2))
-    quality = min(1.0, max(0.0, cut - router.offsets.get(below, 0.0)))
-    shares = _shares(router, proba, quality)
+    quality = quality_for_large_share(router, proba, large_share)
+    shares = tier_shares(router, proba, quality)
     if apply:
         registry.set_router_state(engine, quality=quality, updated_by="aio router calibrate",
                                   note=f"large share {large_share:.3f} over {len(proba)} requests in {since}")
     return CalibrationReport(quality, len(proba), num_rescored, shares)
 
 
-def _shares(router: Router, proba: np.ndarray, quality: float) -> dict[str, float]:
+def quality_for_large_share(router: Router, proba: np.ndarray, large_share: float) -> float:
+    """The quality at which about `large_share` of these rows go to the largest tier: it is chosen when the
+    next-largest tier's P(good) falls short of that tier's threshold."""
+    below = router.tiers[-2]
+    p_good = np.cumsum(proba, axis=1)[:, min(TIER_ORDER.index(below), proba.shape[1] - 1)]
+    ordered = np.sort(p_good)
+    k = int(round(large_share * len(ordered)))
+    cut = 0.0 if k == 0 else (1.0 + 1e-6 if k >= len(ordered) else float((ordered[k - 1] + ordered[k]) / 2))
+    return min(1.0, max(0.0, cut - router.offsets.get(below, 0.0)))
+
+
+def tier_shares(router: Router, proba: np.ndarray, quality: float) -> dict[str, float]:
     counts = {t: 0 for t in router.tiers}
     for row in proba:
         counts[router.decide(row, quality).tier] += 1

@@ -25,6 +25,8 @@ from sqlalchemy.orm import Session
 from aio.db.models import Request, Verification
 from aio.db.records import utcnow
 from aio.routing import registry
+from aio.routing.embedding_cache import EmbeddingCache
+from aio.routing.progress import NoProgress, Progress
 from aio.settings import TIER_ORDER
 from classifier.seed import is_holdout
 
@@ -76,18 +78,21 @@ def log_examples(engine: Engine, since: timedelta | None = None) -> tuple[Exampl
     from classifier.features import messages_to_text
 
     query = (sa.select(Request.request_id, Request.prompt, Verification.tier, Verification.reference_tier,
-                       Verification.passed)
+                       Verification.passed, Verification.demo_tiers)
              .join(Verification, Verification.request_id == Request.request_id)
              .order_by(Verification.created_at))
     if since is not None:
         query = query.where(Verification.created_at >= utcnow() - since)
-    latest: dict[str, tuple[str | None, str, str, bool]] = {}
+    latest: dict[str, tuple[str | None, str, str, bool, bool]] = {}
     with Session(engine) as session:
-        for request_id, prompt, tier, reference_tier, passed in session.execute(query):
-            latest[request_id] = (prompt, tier, reference_tier, passed)
-    examples, stats = Examples(), {"verified": len(latest), "redacted": 0, "unknown_tier": 0, "passed": 0,
-                                   "failed": 0}
-    for prompt, tier, reference_tier, passed in latest.values():
+        for request_id, prompt, tier, reference_tier, passed, demo in session.execute(query):
+            latest[request_id] = (prompt, tier, reference_tier, passed, demo)
+    examples, stats = Examples(), {"verified": len(latest), "redacted": 0, "unknown_tier": 0, "demo_tiers": 0,
+                                   "passed": 0, "failed": 0}
+    for prompt, tier, reference_tier, passed, demo in latest.values():
+        if demo:  # answers of the embedded demo tiers (one model, or random weights): not evidence of anything
+            stats["demo_tiers"] += 1
+            continue
         if prompt is None:
             stats["redacted"] += 1
             continue
@@ -129,15 +134,27 @@ def seed_examples(path: Path | None = None) -> Examples:
     return examples
 
 
-def evaluate(classifier: Any, texts: Sequence[str], labels: Sequence[int]) -> dict[str, float]:
-    """Log loss (lower is better: calibrated probabilities are what routing thresholds read) and accuracy."""
+def evaluate(classifier: Any, texts: Sequence[str], labels: Sequence[int],
+             embeddings: np.ndarray | None = None) -> dict[str, float]:
+    """Log loss (lower is better: calibrated probabilities are what routing thresholds read) and accuracy.
+    `embeddings` of `texts` are passed on to classifiers that take them (see `takes_embeddings`)."""
     if not texts:
         return {"n": 0}
-    proba = np.asarray(classifier.predict_proba(list(texts)), dtype=np.float64)
+    if embeddings is not None:
+        proba = classifier.predict_proba(list(texts), embeddings=embeddings)
+    else:
+        proba = classifier.predict_proba(list(texts))
+    proba = np.asarray(proba, dtype=np.float64)
     y = np.minimum(np.asarray(labels), proba.shape[1] - 1)
     picked = np.clip(proba[np.arange(len(y)), y], 1e-12, 1.0)
     return {"n": int(len(y)), "log_loss": float(-np.log(picked).mean()),
             "accuracy": float((proba.argmax(axis=1) == y).mean())}
+
+
+def takes_embeddings(classifier: Any, cache: EmbeddingCache | None) -> bool:
+    """An embedding head on the cache's encoder: it can be given the cached vectors instead of encoding again."""
+    return (cache is not None and getattr(classifier, "kind", None) == "sklearn-head"
+            and getattr(classifier, "encoder_name", None) == cache.encoder_name)
 
 
 @dataclass
@@ -151,22 +168,51 @@ class RetrainReport:
     data_counts: dict[str, int] = field(default_factory=dict)
     path: str | None = None
     seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    embedded: dict[str, int] = field(default_factory=dict)  # texts embedded now ("new") and read from the cache
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _default_train(texts: list[str], labels: list[int], n_tiers: int):
+def _default_train(texts: list[str], labels: list[int], n_tiers: int, embeddings: np.ndarray | None = None):
+    """With cached embeddings: the embedding head only (fine-tuning would encode every text again, each epoch)."""
     from classifier import ComplexityClassifier
 
-    return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers)
+    if embeddings is None:
+        return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers)
+    return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers, head="sklearn", embeddings=embeddings)
+
+
+class _Stages:
+    """Reports each stage to `progress` and keeps how long it took."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress, self.seconds = progress, {}
+        self._name, self._start = None, 0.0
+
+    def __call__(self, name: str, total: int | None = None) -> None:
+        self._end()
+        self._name, self._start = name, time.perf_counter()
+        self.progress.stage(name, total)
+
+    def _end(self) -> None:
+        if self._name is not None:
+            self.seconds[self._name] = round(time.perf_counter() - self._start, 2)
+            self._name = None
+
+    def close(self) -> dict[str, float]:
+        self._end()
+        self.progress.close()
+        return self.seconds
 
 
 def retrain(engine: Engine, current: Any, output_dir: Path, *, since: timedelta | None = None,
             margin: float = 0.0, dry_run: bool = False, if_due: bool = False, seed_path: Path | None = None,
-            use_seed: bool = True, train: Callable[[list[str], list[int], int], Any] = _default_train,
-            now: datetime | None = None) -> RetrainReport:
-    """Trains a candidate and promotes it when its held-out log loss <= the current one's + margin."""
+            use_seed: bool = True, train: Callable[..., Any] = _default_train, now: datetime | None = None,
+            embeddings: EmbeddingCache | None = None, progress: Progress | None = None) -> RetrainReport:
+    """Trains a candidate and promotes it when its held-out log loss <= the current one's + margin. With an
+    embedding cache, the default trainer and embedding heads reuse cached vectors (only new texts are encoded)."""
     start = time.perf_counter()
     now = now or utcnow()
     if if_due:
@@ -176,6 +222,21 @@ def retrain(engine: Engine, current: Any, output_dir: Path, *, since: timedelta 
             return RetrainReport("skipped", f"not due: last trained {last:%Y-%m-%d %H:%M} UTC, "
                                             f"less than {RETRAIN_EVERY.days} days ago, and the quality monitor "
                                             "has not asked for one since", current_version=current.version)
+    stage = _Stages(progress or NoProgress())
+    try:
+        report = _retrain(engine, current, output_dir, stage, since=since, margin=margin, dry_run=dry_run,
+                          seed_path=seed_path, use_seed=use_seed, train=train, cache=embeddings)
+    finally:
+        seconds = stage.close()
+    report.stage_seconds = seconds
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, since: timedelta | None,
+             margin: float, dry_run: bool, seed_path: Path | None, use_seed: bool, train: Callable[..., Any],
+             cache: EmbeddingCache | None) -> RetrainReport:
+    stage("reading the log and the seed data")
     log, log_stats = log_examples(engine, since)
     data = seed_examples(seed_path) if use_seed else Examples()
     for text, label, source in zip(log.texts, log.labels, log.sources):
@@ -195,19 +256,39 @@ def retrain(engine: Engine, current: Any, output_dir: Path, *, since: timedelta 
         raise RetrainError(f"every training example has label {train_set.labels[0]}: a classifier needs two classes")
     if not holdout.texts:
         raise RetrainError("no held-out examples to compare the candidate with the current classifier")
+    default_trainer = train is _default_train
+    vectors, embedded = None, {}
+    if cache is not None and (default_trainer or takes_embeddings(current, cache)):
+        todo = cache.missing(train_set.texts + holdout.texts)
+        embedded = {"new": len(todo), "cached": len(set(train_set.texts + holdout.texts)) - len(todo)}
+        stage(f"embedding {len(todo)} new texts ({embedded['cached']} cached)", total=len(todo))
+        vectors = cache.embed(train_set.texts + holdout.texts, on_progress=stage.progress.advance)
+    train_vectors = None if vectors is None else vectors[:len(train_set)]
+    holdout_vectors = None if vectors is None else vectors[len(train_set):]
+    stage(f"fitting on {len(train_set)} examples")
     try:
-        candidate = train(train_set.texts, train_set.labels, n_tiers)
+        if default_trainer:
+            candidate = train(train_set.texts, train_set.labels, n_tiers, embeddings=train_vectors)
+        else:
+            candidate = train(train_set.texts, train_set.labels, n_tiers)
     except Exception as exc:  # bad data or a broken encoder: report it, the current classifier stays
         raise RetrainError(f"training failed: {type(exc).__name__}: {exc}") from exc
-    candidate_metrics = evaluate(candidate, holdout.texts, holdout.labels)
-    current_metrics = evaluate(current, holdout.texts, holdout.labels)
+    stage(f"evaluating on {len(holdout)} held-out examples", total=2)
+    candidate_metrics = evaluate(candidate, holdout.texts, holdout.labels,
+                                 holdout_vectors if takes_embeddings(candidate, cache) else None)
+    stage.progress.advance()
+    current_metrics = evaluate(current, holdout.texts, holdout.labels,
+                               holdout_vectors if takes_embeddings(current, cache) else None)
+    stage.progress.advance()
+    stage("deciding")
     better = candidate_metrics["log_loss"] <= current_metrics["log_loss"] + margin
     verdict = (f"held-out log loss {candidate_metrics['log_loss']:.4f} vs {current_metrics['log_loss']:.4f} "
                f"for {current.version} (margin {margin})")
     report = RetrainReport("dry-run" if dry_run else ("promoted" if better else "rejected"),
                            ("not worse: " if better else "worse: ") + verdict, candidate.version, current.version,
-                           candidate_metrics, current_metrics, counts)
+                           candidate_metrics, current_metrics, counts, embedded=embedded)
     if not dry_run:
+        stage("saving")
         path = output_dir / candidate.version
         candidate.save(path)
         report.path = str(path)
@@ -218,5 +299,4 @@ def retrain(engine: Engine, current: Any, output_dir: Path, *, since: timedelta 
                                    "training": getattr(candidate, "metrics", {}) or {}},
                           data_counts=counts, parent_version=current.version, notes=report.reason)
         registry.clear_retrain_due(engine)
-    report.seconds = time.perf_counter() - start
     return report

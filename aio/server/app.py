@@ -115,7 +115,8 @@ def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, rou
         router.offsets = dict(offsets)  # this replica at once; the others within their poll interval
 
     monitor = build_monitor(settings, reference, service.prices[reference.name],
-                            SqlVerdictStore(db, flush_log=log_writer.flush, store_text=settings.log_prompts),
+                            SqlVerdictStore(db, flush_log=log_writer.flush, store_text=settings.log_prompts,
+                                            demo_tiers=not settings.tiers),
                             on_change)
     monitor.start()
     service.monitor = monitor

@@ -12,8 +12,14 @@ from aio.api.errors import APIError
 class BodyTooLarge(HTTPException):
     """Raised while reading a body: FastAPI passes HTTPExceptions through to the app's error handlers."""
 
+    code = "request_too_large"
+
     def __init__(self, limit: int) -> None:
-        super().__init__(413, f"the request body is larger than {limit} bytes")
+        super().__init__(413, too_large_message(limit))
+
+
+def too_large_message(limit: int) -> str:
+    return f"the request body is larger than {limit} bytes (max_body_bytes)"
 
 
 class BodyLimitMiddleware:
@@ -54,8 +60,7 @@ class BodyLimitMiddleware:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        error = APIError(413, f"the request body is larger than {self.max_body_bytes} bytes",
-                         code="request_too_large")
+        error = APIError(413, too_large_message(self.max_body_bytes), code=BodyTooLarge.code)
         body = json.dumps(error.body()).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aio.api.errors import APIError, invalid_request
+from aio.server.validation_errors import validation_message
 
 __all__ = ["APIError", "error_response", "install_error_handlers", "invalid_request"]
 
@@ -18,21 +19,6 @@ def error_response(error: APIError, extra_headers: dict[str, str] | None = None)
     return JSONResponse(error.body(), status_code=error.status_code, headers=headers)
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    errors = exc.errors()
-    if not errors:
-        return "invalid request", None
-    first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = ".".join(loc) or None
-    if first.get("type") == "json_invalid":
-        return "the request body is not valid JSON", None
-    if first.get("type") == "missing":
-        return f"missing required parameter: {param!r}", param
-    message = first.get("msg", "invalid value")
-    return (f"invalid value for {param!r}: {message}" if param else message), param
-
-
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -40,15 +26,16 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = _validation_message(exc)
-        return error_response(APIError(400, message, param=param, code="invalid_value" if param else None))
+        message, param, code = validation_message(exc, request.headers.get("content-type"))
+        return error_response(APIError(400, message, param=param, code=code))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}"
-        return error_response(APIError(exc.status_code, message), dict(exc.headers or {}))
+        error = APIError(exc.status_code, message, code=getattr(exc, "code", None))
+        return error_response(error, dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -6,7 +6,7 @@ const TIER_COLORS = { small: "#4e79a7", medium: "#f28e2b", large: "#e15759", non
 const RANGES = [["24h", "24 h"], ["7d", "7 d"], ["30d", "30 d"], ["custom", "custom"]];
 const charts = {};
 const panelRanges = {}; // panel id -> {range, start, end}
-let pageRange = { range: "7d", start: "", end: "" };
+let pageRange = { range: "24h", start: "", end: "" };
 
 // ---- formatting -------------------------------------------------------------------------------------------------
 
@@ -15,6 +15,19 @@ const pct = (x) => (x === null || x === undefined ? "–" : (100 * x).toFixed(1)
 const num = (x) => (x === null || x === undefined ? "–" : Number(x).toLocaleString("en-US", { maximumFractionDigits: 1 }));
 const ms = (x) => (x === null || x === undefined ? "–" : x >= 1000 ? (x / 1000).toFixed(2) + " s" : x.toFixed(1) + " ms");
 const color = (tier) => TIER_COLORS[tier] || "#76b7b2";
+// Requests refused before any tier took them are stored without a tier ("none"): shown as "rejected", not a tier.
+const tierName = (tier) => (tier === "none" ? "rejected" : tier);
+// "2025-03-04T06:00:00.123456Z" → "2025-03-04 06:00 UTC"
+const when = (iso) => (iso ? iso.replace("T", " ").slice(0, 16) + " UTC" : "–");
+
+// Short bucket labels: hours as "06:00" (the date, "03-05", at midnight), days as "03-05".
+function shortLabels(buckets) {
+  return buckets.map((b) => {
+    if (!b.includes("T")) return b.slice(5, 10);
+    const hour = b.slice(11, 16);
+    return hour === "00:00" ? b.slice(5, 10) : hour;
+  });
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -44,6 +57,10 @@ function chart(id, config) {
   if (charts[id]) charts[id].destroy();
   config.options = Object.assign({ responsive: true, maintainAspectRatio: false, animation: false,
     interaction: { mode: "index", intersect: false } }, config.options || {});
+  // Horizontal x labels: Chart.js skips the ones that do not fit instead of tilting them over each other.
+  const scales = config.options.scales = config.options.scales || {};
+  scales.x = Object.assign({}, scales.x);
+  scales.x.ticks = Object.assign({ maxRotation: 0, autoSkip: true, autoSkipPadding: 8 }, scales.x.ticks || {});
   charts[id] = new Chart(document.getElementById(id), config);
 }
 
@@ -117,29 +134,51 @@ function loadAll() {
 
 // ---- panels -----------------------------------------------------------------------------------------------------
 
-function renderSummary(data) {
-  const t = data.total;
-  const tile = (label, value, sub, cls) => el("div", { class: "tile" }, el("div", { class: "label" }, label),
-    el("div", { class: "value " + (cls || "") }, value), el("div", { class: "sub" }, sub || ""));
-  document.getElementById("kpi-tiles").replaceChildren(
-    tile("Requests", num(t.requests)),
-    tile("Tokens", num(t.tokens), `${num(t.prompt_tokens)} in / ${num(t.completion_tokens)} out`),
-    tile("Actual cost", usd(t.cost_usd)),
-    tile("All-large baseline", usd(t.baseline_cost_usd)),
-    tile("Savings", usd(t.savings_usd), t.savings_pct === null ? "" : t.savings_pct.toFixed(1) + "% of the baseline", "good"),
-    tile("Quality pass rate", pct(t.quality_pass_rate), `${num(t.quality_verdicts)} sampled answers; judge ${usd(t.judge_cost_usd)}`),
-    tile("Error rate", pct(t.error_rate), `${num(t.errors)} not ok`, t.error_rate > 0.05 ? "bad" : ""),
-    tile("p95 TTFT", ms(t.ttft_p95_ms)));
-  table("kpi-tiers", `Per tier (${data.range.start} → ${data.range.end}, ${data.range.source})`,
-    ["tier", "requests", "tokens", "cost", "baseline", "savings", "savings %", "pass rate", "errors", "p95 TTFT"],
-    Object.entries(data.tiers).map(([tier, v]) => [tier, num(v.requests), num(v.tokens), usd(v.cost_usd),
-      usd(v.baseline_cost_usd), usd(v.savings_usd), v.savings_pct === null ? "–" : v.savings_pct.toFixed(1) + "%",
-      pct(v.quality_pass_rate), pct(v.error_rate), ms(v.ttft_p95_ms)]));
+// "bad" below the pass rate at which the quality monitor moves traffic up, "warn" until it would recover.
+function qualityClass(rate, limits) {
+  if (rate === null || rate === undefined || !limits) return "";
+  return rate < limits.red_below ? "bad" : rate < limits.amber_below ? "warn" : "good";
 }
 
-function stacked(id, labels, tiers, key, title, percent) {
-  chart(id, { type: "bar", data: { labels, datasets: Object.entries(tiers).map(([tier, v]) => ({
-      label: tier, data: v[key].map((x) => (x === null ? 0 : percent ? 100 * x : x)), backgroundColor: color(tier) })) },
+function renderSummary(data) {
+  const t = data.total;
+  const banner = document.getElementById("demo-banner");
+  banner.hidden = !data.demo_tiers;
+  banner.textContent = data.demo_tiers ? `Demo tiers: ${data.demo_tiers}. Costs, savings and quality here describe ` +
+    "the demo, not a real deployment: configure tiers (README, Configuration)." : "";
+  const tile = (id, label, value, sub, cls) => el("div", { class: "tile", id }, el("div", { class: "label" }, label),
+    el("div", { class: "value " + (cls || "") }, value), el("div", { class: "sub" }, sub || ""));
+  const bought = t.quality_pass_rate === null ? "no answers verified yet" : `at a ${pct(t.quality_pass_rate)} pass rate`;
+  const qualityCls = qualityClass(t.quality_pass_rate, data.quality_limits);
+  document.getElementById("kpi-tiles").replaceChildren(
+    tile("tile-requests", "Requests", num(t.requests), `+ ${num(t.rejected)} rejected before a tier (4xx)`),
+    tile("tile-tokens", "Tokens", num(t.tokens), `${num(t.prompt_tokens)} in / ${num(t.completion_tokens)} out`),
+    tile("tile-cost", "Actual cost", usd(t.cost_usd)),
+    tile("tile-baseline", "All-large baseline", usd(t.baseline_cost_usd)),
+    tile("tile-savings", "Savings", usd(t.savings_usd),
+      (t.savings_pct === null ? "" : t.savings_pct.toFixed(1) + "% of the baseline, ") + bought,
+      qualityCls === "good" || qualityCls === "" ? "good" : qualityCls),
+    tile("tile-quality", "Quality pass rate", pct(t.quality_pass_rate),
+      `${num(t.quality_verdicts)} sampled answers; judge ${usd(t.judge_cost_usd)}` + (data.quality_limits
+        ? `; limits ${pct(data.quality_limits.red_below)} / ${pct(data.quality_limits.amber_below)}` : ""), qualityCls),
+    tile("tile-errors", "Error rate", pct(t.error_rate), `${num(t.errors)} of the served requests not ok; ` +
+      `${num(t.rejected)} rejected (4xx) counted apart`, t.error_rate > 0.05 ? "bad" : ""),
+    tile("tile-ttft", "p95 TTFT", ms(t.ttft_p95_ms)));
+  const rows = Object.entries(data.tiers).map(([tier, v]) => [tier, num(v.requests), num(v.tokens), usd(v.cost_usd),
+    usd(v.baseline_cost_usd), usd(v.savings_usd), v.savings_pct === null ? "–" : v.savings_pct.toFixed(1) + "%",
+    pct(v.quality_pass_rate), pct(v.error_rate), ms(v.ttft_p95_ms)]);
+  table("kpi-tiers", `Per tier (${when(data.range.start)} → ${when(data.range.end)}, ${data.range.source})`,
+    ["tier", "requests", "tokens", "cost", "baseline", "savings", "savings %", "pass rate", "errors", "p95 TTFT"], rows);
+  const body = document.querySelector("#kpi-tiers tbody");
+  if (data.rejected && data.rejected.requests) {
+    body.append(el("tr", { class: "rejected" }, el("td", {}, "rejected"), el("td", {}, num(data.rejected.requests)),
+      el("td", { colspan: "8" }, "refused before a tier took them (bad input, auth, limits): no cost, not errors")));
+  }
+}
+
+function stacked(id, buckets, tiers, key, title, percent) {
+  chart(id, { type: "bar", data: { labels: shortLabels(buckets), datasets: Object.entries(tiers).map(([tier, v]) => ({
+      label: tierName(tier), data: v[key].map((x) => (x === null ? 0 : percent ? 100 * x : x)), backgroundColor: color(tier) })) },
     options: { plugins: { title: { display: true, text: title } },
       scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, max: percent ? 100 : undefined } } } });
 }
@@ -151,7 +190,7 @@ function renderTraffic(data) {
 
 function renderCost(data) {
   const t = data.total;
-  chart("chart-cost", { type: "line", data: { labels: data.buckets, datasets: [
+  chart("chart-cost", { type: "line", data: { labels: shortLabels(data.buckets), datasets: [
       { label: "actual cost ($)", data: t.cost_usd, borderColor: "#4e79a7", backgroundColor: "#4e79a7" },
       { label: "all-large baseline ($)", data: t.baseline_cost_usd, borderColor: "#e15759", backgroundColor: "#e15759", borderDash: [6, 4] },
       { label: "cumulative savings ($)", data: t.cumulative_savings_usd, borderColor: "#59a14f", backgroundColor: "#59a14f", yAxisID: "y2" }] },
@@ -163,7 +202,7 @@ function renderCost(data) {
 function renderBreakdown(data) {
   const titles = { tier: "By tier", key: "By API key", user: "By user", model: "By model" };
   for (const [by, b] of Object.entries(data.breakdowns)) {
-    const rows = b.rows.map((row) => [row.label, num(row.requests), num(row.tokens), usd(row.cost_usd),
+    const rows = b.rows.map((row) => [by === "tier" ? tierName(row.label) : row.label, num(row.requests), num(row.tokens), usd(row.cost_usd),
       usd(row.savings_usd), pct(row.cost_share)]);
     if (b.other) rows.push([`(${b.other.groups} more)`, num(b.other.requests), num(b.other.tokens), usd(b.other.cost_usd), usd(b.other.savings_usd), ""]);
     table(`breakdown-${by}`, titles[by], [by, "requests", "tokens", "cost", "savings", "share"], rows);
@@ -172,8 +211,8 @@ function renderBreakdown(data) {
 
 function renderLatency(data) {
   const names = { ttft_ms: "TTFT", itl_ms: "inter-token", latency_ms: "end-to-end", queue_ms: "queue" };
-  const tiers = Object.keys(data.tiers).filter((t) => t !== "all");
-  chart("chart-latency", { type: "bar", data: { labels: tiers, datasets: ["p50", "p95", "p99"].map((q, i) => ({
+  const tiers = Object.keys(data.tiers).filter((t) => t !== "all" && t !== "none");
+  chart("chart-latency", { type: "bar", data: { labels: tiers.map(tierName), datasets: ["p50", "p95", "p99"].map((q, i) => ({
       label: `TTFT ${q} (ms)`, data: tiers.map((t) => (data.tiers[t].ttft_ms ? data.tiers[t].ttft_ms[q] : null)),
       backgroundColor: ["#a0cbe8", "#4e79a7", "#1f3b5c"][i] })) },
     options: { plugins: { title: { display: true, text: `TTFT per tier (${data.method})` } } } });
@@ -181,13 +220,14 @@ function renderLatency(data) {
   for (const [tier, metrics] of Object.entries(data.tiers)) {
     for (const metric of data.metrics) {
       const m = metrics[metric];
-      if (!m) { rows.push([tier, names[metric], "0", "–", "–", "–", "n/a (not reported)"]); continue; }
+      if (!m) { rows.push([tierName(tier), names[metric], "0", "–", "–", "–", "n/a (not reported)"]); continue; }
       const ratio = m.p99_p50_ratio === null ? "–" : m.p99_p50_ratio.toFixed(1) + "×";
-      rows.push([tier, names[metric], num(m.count), ms(m.p50), ms(m.p95), ms(m.p99),
+      rows.push([tierName(tier), names[metric], num(m.count), ms(m.p50), ms(m.p95), ms(m.p99),
         m.contention ? el("span", { class: "bad" }, ratio + " contention") : ratio]);
     }
   }
-  table("latency-table", `p99/p50 above ${data.contention_ratio}× means contention`,
+  table("latency-table", `p99/p50 above ${data.contention_ratio}× means contention (flagged with n ≥ ` +
+    `${data.contention_min_samples} and p50 ≥ ${data.contention_min_p50_ms} ms)`,
     ["tier", "metric", "n", "p50", "p95", "p99", "p99/p50"], rows);
 }
 
@@ -200,11 +240,11 @@ function renderQuality(data) {
   for (const [tier, v] of Object.entries(data.tiers)) {
     const c = color(tier);
     const pick = (k) => v.series.map((p) => (p[k] === null ? null : 100 * p[k]));
-    datasets.push({ label: `${tier} pass rate %`, data: pick("pass_rate"), borderColor: c, backgroundColor: c, spanGaps: true });
+    datasets.push({ label: `${tierName(tier)} pass rate %`, data: pick("pass_rate"), borderColor: c, backgroundColor: c, spanGaps: true });
     datasets.push({ label: `${tier} 95% CI low`, data: pick("ci_low"), borderColor: c, borderDash: [3, 3], pointRadius: 0, borderWidth: 1, spanGaps: true });
     datasets.push({ label: `${tier} 95% CI high`, data: pick("ci_high"), borderColor: c, borderDash: [3, 3], pointRadius: 0, borderWidth: 1, spanGaps: true });
   }
-  chart("chart-quality", { type: "line", data: { labels: data.buckets, datasets },
+  chart("chart-quality", { type: "line", data: { labels: shortLabels(data.buckets), datasets },
     options: { plugins: { title: { display: true, text: "Pass rate per tier (Wilson 95% interval dashed)" } },
       scales: { y: { min: 0, max: 100 } } } });
   table("quality-table", "Per tier", ["tier", "verdicts", "passed", "pass rate", "95% CI", "judge cost"],
@@ -212,24 +252,35 @@ function renderQuality(data) {
       v.ci_low === null ? "–" : `${pct(v.ci_low)}–${pct(v.ci_high)}`, usd(v.judge_cost_usd)]));
   table("failing-samples", `Latest ${data.failing_samples.length} failing samples`,
     ["when", "tier", "similarity", "prompt", "tier's answer", "reference answer"],
-    data.failing_samples.map((s) => [s.created_at.replace("T", " ").slice(0, 19), s.tier,
+    data.failing_samples.map((s) => [when(s.created_at), s.tier,
       s.similarity.toFixed(3) + " " + s.method, s.prompt, s.answer, s.reference_answer]));
 }
 
+// Dashed vertical lines at the thresholds, each labelled; a label that would overlap one already drawn goes one
+// row lower. The label boxes are kept on the chart (chart.$thresholdLabelBoxes) for the browser test.
 const thresholdLines = {
   id: "thresholdLines",
   afterDatasetsDraw(c, args, options) {
     const x = c.scales.x;
+    c.$thresholdLabelBoxes = [];
     if (!x || !options.lines) return;
     const { ctx, chartArea } = c;
+    const rowHeight = 14;
     ctx.save();
-    for (const line of options.lines) {
+    ctx.textBaseline = "top";
+    for (const line of [...options.lines].sort((a, b) => a.value - b.value)) {
       const px = x.left + (x.right - x.left) * line.value;
       ctx.strokeStyle = line.color;
       ctx.setLineDash([5, 4]);
       ctx.beginPath(); ctx.moveTo(px, chartArea.top); ctx.lineTo(px, chartArea.bottom); ctx.stroke();
+      const width = ctx.measureText(line.label).width;
+      const left = Math.max(chartArea.left, Math.min(px + 3, chartArea.right - width));
+      let top = chartArea.top + 2;
+      const overlaps = (b) => left < b.left + b.width && b.left < left + width && top < b.top + b.height && b.top < top + rowHeight;
+      while (c.$thresholdLabelBoxes.some(overlaps)) top += rowHeight;
       ctx.fillStyle = line.color;
-      ctx.fillText(line.label, Math.min(px + 3, chartArea.right - 60), chartArea.top + 10);
+      ctx.fillText(line.label, left, top);
+      c.$thresholdLabelBoxes.push({ left, top, width, height: rowHeight, label: line.label });
     }
     ctx.restore();
   },
@@ -246,16 +297,16 @@ function renderRouter(data) {
   const labels = edges.slice(0, -1).map((e, i) => `${e.toFixed(2)}–${edges[i + 1].toFixed(2)}`);
   chart("chart-router-scores", { type: "bar", plugins: [thresholdLines],
     data: { labels, datasets: Object.entries(data.histogram.tiers).map(([tier, counts]) => ({
-      label: tier, data: counts, backgroundColor: color(tier) })) },
+      label: tierName(tier), data: counts, backgroundColor: color(tier) })) },
     options: { plugins: { title: { display: true, text: "Routing score (P(tier answers well)) with the thresholds" },
       thresholdLines: { lines } }, scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true } } } });
-  chart("chart-router-reroutes", { type: "bar", data: { labels: data.reroutes.buckets, datasets: [
+  chart("chart-router-reroutes", { type: "bar", data: { labels: shortLabels(data.reroutes.buckets), datasets: [
       { label: "escalations", data: data.reroutes.escalations, backgroundColor: "#f28e2b" },
       { label: "fallbacks", data: data.reroutes.fallbacks, backgroundColor: "#e15759" }] },
     options: { plugins: { title: { display: true, text: "Escalations and fallbacks" } },
       scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true } } } });
   table("router-changes", "Threshold changes in the range", ["when", "by", "quality", "offsets", "note"],
-    data.threshold_changes.map((c) => [c.changed_at.replace("T", " ").slice(0, 19), c.updated_by,
+    data.threshold_changes.map((c) => [when(c.changed_at), c.updated_by,
       c.quality === null ? "–" : c.quality.toFixed(2),
       Object.entries(c.offsets).map(([t, o]) => `${t} +${Number(o).toFixed(2)}`).join(", "), c.note || ""]));
   table("router-versions", "Classifier versions (markers: created / promoted)",

@@ -1,0 +1,112 @@
+"""Sentence embeddings kept on disk, so that `aio retrain` embeds the seed data once and later only new log texts.
+
+A cache belongs to one encoder: its folder under `$AIO_HOME/embeddings/` is named by a hash of the encoder's name,
+its resolved folder and its config.json, so another or changed encoder never reads stale vectors. Entries are keyed
+by the SHA-256 of the text. New vectors are appended as one more shard file (numpy .npz, no pickle); a shard that
+cannot be read is ignored (those texts are embedded again).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+CHUNK = 256  # texts per encoder call between progress updates
+
+
+def text_key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def encoder_fingerprint(name: str, folder: str) -> str:
+    digest = hashlib.sha256(f"{name}\0{os.path.realpath(folder)}\0".encode())
+    config = Path(folder) / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class EmbeddingCache:
+    """Embeddings of one encoder: `embed(texts)` returns cached rows and computes (and stores) the rest."""
+
+    def __init__(self, root: Path, encoder_name: str, encode: Callable[[list[str]], np.ndarray],
+                 fingerprint: str) -> None:
+        self.folder = Path(root) / fingerprint
+        self.encoder_name = encoder_name
+        self._encode = encode
+        self._vectors: dict[bytes, np.ndarray] = {}
+        self._loaded = False
+
+    @classmethod
+    def for_encoder(cls, root: Path, encoder_name: str) -> "EmbeddingCache":
+        """The cache of a classifier's encoder (`DEFAULT_ENCODER` or a folder); loads the encoder only when a text
+        is not cached."""
+        from classifier.encoder import Encoder, resolve_encoder_path
+
+        folder = resolve_encoder_path(encoder_name)
+        return cls(root, encoder_name, lambda texts: Encoder.cached(encoder_name).encode(texts),
+                   encoder_fingerprint(encoder_name, folder))
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for shard in sorted(self.folder.glob("shard-*.npz")):
+            try:
+                with np.load(shard, allow_pickle=False) as data:
+                    keys, vectors = data["keys"], data["vectors"]
+            except (OSError, ValueError, KeyError) as exc:
+                logger.warning("ignoring the unreadable embedding cache file %s: %s", shard, exc)
+                continue
+            for key, vector in zip(keys, vectors):
+                self._vectors[bytes(key)] = vector
+
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """The distinct texts that are not cached yet."""
+        self._load()
+        seen: set[bytes] = set()
+        out = []
+        for text in texts:
+            key = text_key(text)
+            if key not in self._vectors and key not in seen:
+                seen.add(key)
+                out.append(text)
+        return out
+
+    def embed(self, texts: Sequence[str], on_progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """(n, dim) float32 for `texts`; `on_progress(k)` after each chunk of k newly embedded texts."""
+        texts = list(texts)
+        todo = self.missing(texts)
+        if todo:
+            keys, vectors = [], []
+            for start in range(0, len(todo), CHUNK):
+                chunk = todo[start:start + CHUNK]
+                vectors.append(np.asarray(self._encode(chunk), dtype=np.float32))
+                keys += [text_key(t) for t in chunk]
+                if on_progress is not None:
+                    on_progress(len(chunk))
+            block = np.concatenate(vectors)
+            self._store(keys, block)
+            for key, vector in zip(keys, block):
+                self._vectors[key] = vector
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([self._vectors[text_key(t)] for t in texts])
+
+    def _store(self, keys: list[bytes], vectors: np.ndarray) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, keys=np.asarray(keys, dtype="S32"), vectors=vectors)
+            index = len(list(self.folder.glob("shard-*.npz")))
+            os.replace(tmp, self.folder / f"shard-{index:06d}-{os.getpid()}.npz")
+        except OSError as exc:  # a read-only home: the run goes on, the next one embeds again
+            logger.warning("cannot write the embedding cache in %s: %s", self.folder, exc)
