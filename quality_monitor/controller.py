@@ -31,6 +31,11 @@ class ThresholdController:
         self._outcomes: dict[str, deque[bool]] = {}
         self._since_change: dict[str, int] = {}
 
+    def reset(self) -> None:
+        """Forget every verdict (offsets stay)."""
+        self._outcomes.clear()
+        self._since_change.clear()
+
     def warm_start(self, tier: str, outcomes: list[bool]) -> None:
         """Past verdicts, oldest first (from the log), so a restart does not forget the window."""
         window = self._window(tier)

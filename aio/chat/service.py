@@ -109,6 +109,7 @@ class ChatService:
         and the request falls back to the next larger tier that is up; past `queue_timeout_s` without a first
         chunk the request is refused (503), not served late. Raises APIError (the request is logged)."""
         self._in_flight += 1
+        self.accounting.begun(chat)
         while True:
             state = GenerationState.for_chat(chat)
             chunks = generate(chat, state, self.metrics)

@@ -33,6 +33,7 @@ def monitor(lookback: str = typer.Option("1h", help="verify answers of this rece
 
 
 async def _run(settings, engine, window, poll_interval: float, once: bool) -> int:
+    from aio.db.leases import holder_name
     from aio.monitoring import SqlVerdictStore, build_monitor, unverified_candidates
     from aio.routing import registry
     from aio.settings import REFERENCE_TIER
@@ -48,7 +49,8 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> in
         tier_settings, random_weights = embedded.tiers[REFERENCE_TIER], embedded.random_weights
     reference = await asyncio.to_thread(build_tier, REFERENCE_TIER, tier_settings, random_weights)
     store = SqlVerdictStore(engine, store_text=settings.log_prompts)
-    quality_monitor = build_monitor(settings, reference, tier_settings.prices, store)
+    quality_monitor = build_monitor(settings, reference, tier_settings.prices, store,
+                                    holder=holder_name("aio-monitor"))
     quality_monitor.start()
     seen: set[str] = set()
     try:
@@ -65,6 +67,7 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> in
                 quality_monitor.offer(candidate)
             if once:
                 await quality_monitor.drain()
+                await asyncio.to_thread(quality_monitor.central.step)  # count the new verdicts if it leads
                 return sum(quality_monitor.stats.verdicts.values())
             await asyncio.sleep(poll_interval)
     finally:

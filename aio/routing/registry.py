@@ -172,6 +172,27 @@ def set_router_state(engine: Engine, *, updated_by: str, quality: float | None =
     return router_state(engine)
 
 
+def shift_offset(engine: Engine, tier: str, delta: float, max_offset: float, *, updated_by: str, note: str,
+                 retrain_due_reason: str | None = None) -> RouterState:
+    """Adds `delta` to `tier`'s stored offset (kept in [0, max_offset]) in one transaction that locks the row, so
+    concurrent writers and manual changes compose instead of overwriting each other."""
+    with Session(engine) as session, session.begin():
+        row = session.scalar(sa.select(RouterSettings).where(RouterSettings.id == ROUTER_SETTINGS_ID)
+                             .with_for_update())
+        if row is None:
+            row = RouterSettings(id=ROUTER_SETTINGS_ID, offsets={}, updated_by=updated_by)
+            session.add(row)
+        offsets = {k: float(v) for k, v in (row.offsets or {}).items()}
+        offsets[tier] = round(min(max_offset, max(0.0, offsets.get(tier, 0.0) + delta)), 6)
+        row.offsets = offsets
+        if retrain_due_reason is not None:
+            row.retrain_due_at, row.retrain_due_reason = utcnow(), retrain_due_reason
+        row.updated_at, row.updated_by, row.note = utcnow(), updated_by, note
+        session.add(ThresholdChange(changed_at=row.updated_at, quality=row.quality, offsets=dict(offsets),
+                                    updated_by=updated_by, note=note))
+    return router_state(engine)
+
+
 def clear_retrain_due(engine: Engine) -> None:
     with Session(engine) as session, session.begin():
         row = session.get(RouterSettings, ROUTER_SETTINGS_ID)
