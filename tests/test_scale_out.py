@@ -196,3 +196,30 @@ def test_the_lease_expires_when_its_holder_stops_renewing(database_url):
         assert second.hold() and not first.hold() and first.current_holder() == "second"
     finally:
         engine.dispose()
+
+
+def test_a_promoted_classifier_loads_on_a_replica_that_never_saw_its_folder(database_url, tmp_path):
+    import shutil
+
+    from aio.db.migrate import upgrade
+    from aio.routing import Router, RouterWatcher, registry
+    from classifier import HeuristicClassifier
+
+    engine = make_engine(database_url)
+    upgrade(engine)
+    try:
+        trainer_home, replica_home = tmp_path / "trainer", tmp_path / "replica"
+        trained = HeuristicClassifier(version="heuristic-shared", thetas=[3.0, 4.0])
+        trained.save(trainer_home / "classifiers" / trained.version)
+        registry.register(engine, version=trained.version, kind="heuristic",
+                          path=str(trainer_home / "classifiers" / trained.version), status="candidate")
+        shutil.rmtree(trainer_home)  # the folder is on another machine: only the database is shared
+        registry.promote(engine, trained.version)
+        router = Router(HeuristicClassifier(), ["small", "medium", "large"], quality=0.5)
+        RouterWatcher(router, engine, 0.5, cache_dir=replica_home / "classifiers").poll_once()
+        assert router.classifier.version == "heuristic-shared"
+        text = "Prove that there are infinitely many primes, then discuss the distribution of twin primes."
+        assert router.classifier.predict_proba([text]).tolist() == trained.predict_proba([text]).tolist()
+        assert list((replica_home / "classifiers").iterdir())  # unpacked once into the replica's own cache
+    finally:
+        engine.dispose()

@@ -85,10 +85,11 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
         logger.warning("no tiers configured: serving the embedded %s", demo.note)
     pool = await asyncio.to_thread(build_pool, tier_settings, demo is not None and demo.random_weights)
     try:
-        classifier = await asyncio.to_thread(load_classifier, settings.classifier_path, db)
+        cache_dir = settings.home / "classifiers"
+        classifier = await asyncio.to_thread(load_classifier, settings.classifier_path, db, cache_dir)
         router = Router(classifier, [t.name for t in pool], settings.quality)
         watcher = RouterWatcher(router, db, settings.quality, settings.classifier_poll_interval_s,
-                                pinned=settings.classifier_path is not None)
+                                pinned=settings.classifier_path is not None, cache_dir=cache_dir)
         await asyncio.to_thread(watcher.poll_once)
         log_writer = LogWriter(db, batch_size=settings.log_batch_size, flush_interval_s=settings.log_flush_interval_s,
                                max_buffer=settings.log_buffer_size, spill_dir=settings.home / "log-spill",
