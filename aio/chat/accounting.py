@@ -50,6 +50,7 @@ class Accounting:
             latency_ms=(time.perf_counter() - ctx.arrived) * 1000, stream=bool(body.stream),
             num_choices=body.n or 1, http_status=error.status_code, error=error.message))
         self.metrics.requests.labels("none", "none", "rejected").inc()
+        _done(ctx, 0)
 
     def begun(self, chat: PreparedChat) -> None:
         """Journals the request before its first token: a crash from here on still leaves its row."""
@@ -66,6 +67,7 @@ class Accounting:
         if self.monitor is not None and state.status == "ok" and chat.decision is not None:
             self._offer(chat, state.choices[0].text)
         self._submit(self._record(chat, state, costs, latency_s))
+        _done(chat.ctx, state.prompt_tokens(chat) + state.completion_tokens)
 
     def _observe(self, chat: PreparedChat, state: GenerationState, costs: tuple[float, float],
                  latency_s: float) -> None:
@@ -128,6 +130,12 @@ class Accounting:
 
     def _redact(self, text: str | None) -> str | None:
         return text if self.log_prompts else None
+
+
+def _done(ctx: RequestContext, tokens: int) -> None:
+    if ctx.on_done is not None:
+        on_done, ctx.on_done = ctx.on_done, None
+        on_done(tokens)
 
 
 MAX_REJECTED_PROMPT_CHARS = 8192  # a refused request's prompt is stored cut to this (it may be megabytes)

@@ -5,7 +5,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from aio.api.schemas import ChatCompletionRequest
 from aio.db.records import utcnow
@@ -20,6 +20,7 @@ class RequestContext:
     key_id: int | None = None
     arrived: float = field(default_factory=time.perf_counter)
     created_at: datetime = field(default_factory=utcnow)
+    on_done: Callable[[int], None] | None = None  # called once with the tokens used when the request ends
 
 
 @dataclass
@@ -34,6 +35,8 @@ class PreparedChat:
     num_prompt_tokens: int
     params: list[SamplingParams]  # one per choice
     created: int = field(default_factory=lambda: int(time.time()))
+    priority: int = 0  # engine priority (lower first): raised for a key with many sequences in flight
+    queue_slot: tuple[str, int] | None = None  # (tier, key id) whose sequences in flight this request counts in
 
     @property
     def response_id(self) -> str:

@@ -22,7 +22,8 @@ async def generate(chat: PreparedChat, state: GenerationState,
     async def run(index: int) -> None:
         request_id = chat.ctx.request_id if len(chat.params) == 1 else f"{chat.ctx.request_id}-{index}"
         try:
-            async for chunk in chat.tier.stream_chat(chat.messages, chat.params[index], request_id):
+            async for chunk in chat.tier.stream_chat(chat.messages, chat.params[index], request_id,
+                                                   priority=chat.priority):
                 await queue.put((index, chunk))
             await queue.put((index, None))
         except BaseException as exc:  # handed to the consumer, which re-raises it

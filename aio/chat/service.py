@@ -18,9 +18,10 @@ from aio.routing import ClassifierBatcher, Router, RoutingDecision
 from aio.settings import Prices, TierSettings
 from classifier.features import messages_to_text
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
-from tiers.pool import ChatChunk, TierPool
+from tiers.pool import ChatChunk, Tier, TierPool
 
 QUEUE_FULL_RETRY_AFTER_S = 1.0
+MAX_LIVE_PRIORITY = 9  # quality-monitor replays run at 10, behind all live traffic
 
 
 class ChatService:
@@ -38,6 +39,7 @@ class ChatService:
         prices = {name: t.prices for name, t in tier_settings.items()}
         self.accounting = Accounting(router, prices, prices[pool.tiers[-1].name], log, metrics, log_prompts)
         self._in_flight = 0  # opened and not finished
+        self._key_sequences: dict[tuple[str, int], int] = {}  # (tier, key id) -> sequences opened, not finished
 
     @property
     def prices(self) -> dict[str, Prices]:
@@ -81,13 +83,28 @@ class ChatService:
                                 "retry later", code="server_busy", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
         selection = await self.tiers.select(decision, messages, max_tokens)
         tier = selection.tier
-        if tier.load().num_waiting >= self.max_queue.get(tier.name, 256):
-            raise APIError(429, f"tier {tier.name} has too many queued requests; retry later", code="queue_full",
-                           retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+        priority = self._admit_to_queue(tier, ctx.key_id, body.n or 1)
         max_tokens = max_tokens or tier.max_model_len - selection.num_prompt_tokens
         params = [sampling_params(body, max_tokens, i) for i in range(body.n or 1)]
         return PreparedChat(ctx, body, messages, tier, selection.decision, body.aio_quality,
-                            selection.num_prompt_tokens, params)
+                            selection.num_prompt_tokens, params, priority=priority)
+
+    def _admit_to_queue(self, tier: Tier, key_id: int | None, num_sequences: int) -> int:
+        """Fair queuing: each of the `n` sequences counts against the tier's max_queue, one key may hold at most
+        half of it, and a key's engine priority drops as its sequences in flight grow (others go first).
+        Returns the engine priority; raises 429 when there is no room."""
+        max_queue = self.max_queue.get(tier.name, 256)
+        if tier.load().num_waiting + num_sequences > max_queue:
+            raise APIError(429, f"tier {tier.name} has too many queued requests; retry later", code="queue_full",
+                           retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+        if key_id is None:
+            return 0
+        held = self._key_sequences.get((tier.name, key_id), 0)
+        if held and held + num_sequences > max(1, max_queue // 2):
+            raise APIError(429, f"this API key has {held} sequences in flight on tier {tier.name}, its fair share "
+                                "of the queue; retry when some finish", code="queue_share_exceeded",
+                           retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+        return min(MAX_LIVE_PRIORITY, held)  # each sequence the key has in flight puts it one step behind
 
     async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]]) -> RoutingDecision:
         """`auto`: the classifier's choice; otherwise the tier the model names."""
@@ -109,6 +126,7 @@ class ChatService:
         and the request falls back to the next larger tier that is up; past `queue_timeout_s` without a first
         chunk the request is refused (503), not served late. Raises APIError (the request is logged)."""
         self._in_flight += 1
+        self._hold_sequences(chat, +1)
         self.accounting.begun(chat)
         while True:
             state = GenerationState.for_chat(chat)
@@ -179,7 +197,21 @@ class ChatService:
 
     def _finish(self, chat: PreparedChat, state: GenerationState) -> None:
         self._in_flight -= 1
+        self._hold_sequences(chat, -1)
         self.accounting.finished(chat, state)
+
+    def _hold_sequences(self, chat: PreparedChat, sign: int) -> None:
+        """Counts the key's sequences in flight on the tier it was admitted to (kept through a fallback)."""
+        if chat.ctx.key_id is None:
+            return
+        if sign > 0:
+            chat.queue_slot = (chat.tier.name, chat.ctx.key_id)
+        slot = chat.queue_slot
+        held = self._key_sequences.get(slot, 0) + sign * len(chat.params)
+        if held > 0:
+            self._key_sequences[slot] = held
+        else:
+            self._key_sequences.pop(slot, None)
 
 
 async def _chunks(opened: Opened) -> AsyncIterator[tuple[int, ChatChunk]]:

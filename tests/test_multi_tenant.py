@@ -1,0 +1,134 @@
+"""Per-key limits and fair queuing on a live server with several keys; oversized prompts; slow clients;
+data at rest."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.servers import aio_command, create_key, server_env, start_server
+from tests.test_server_api import HELLO
+
+LONG = {"max_tokens": 900, "stream": True, "ignore_eos": True, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def tenants(tmp_path_factory, checkpoint_dir):
+    home = tmp_path_factory.mktemp("tenants")
+    database_url = f"sqlite:///{home / 'aio.db'}"
+    path = checkpoint_dir("llama", hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4, intermediate_size=512,
+                          max_position_embeddings=1024)
+    config = home / "aio.toml"
+    config.write_text("max_body_bytes = 8388608\nheader_timeout_s = 1.0\nbody_timeout_s = 1.0\n\n" + "".join(
+        f'[tiers.{tier}]\npath = "{path}"\nmax_model_len = 1024\nkv_cache_bytes = {32 << 20}\nmax_num_seqs = 1\n'
+        "max_queue = 8\ninput_price_per_million = 1.0\noutput_price_per_million = 2.0\n\n"
+        for tier in ("small", "large")))
+    keys = {"rpm": create_key(home, database_url, "rpm", "--rpm", "3"),
+            "streams": create_key(home, database_url, "streams", "--max-streams", "1"),
+            "tpm": create_key(home, database_url, "tpm", "--tpm", "10"),
+            "heavy": create_key(home, database_url, "heavy"),
+            "light": create_key(home, database_url, "light")}
+    server = start_server(config, home, database_url, AIO_OPEN_ENDPOINT="false", AIO_MONITOR_MODE="off")
+    server.keys, server.home, server.config = keys, home, config
+    yield server
+    server.stop()
+
+
+def post(server, key: str, **body) -> httpx.Response:
+    return httpx.post(server.api_url + "/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=60,
+                      json={"model": "small", "messages": HELLO, "max_tokens": 2, **body})
+
+
+def open_stream(client: httpx.Client, server, key: str, **body) -> httpx.Response:
+    request = client.build_request("POST", server.api_url + "/chat/completions",
+                                   headers={"Authorization": f"Bearer {key}"},
+                                   json={"model": "small", "messages": HELLO, **LONG, **body})
+    response = client.send(request, stream=True)
+    assert response.status_code == 200, response.read()
+    return response
+
+
+def test_requests_per_minute_per_key_with_openai_headers_and_a_live_update(tenants):
+    keys = tenants.keys
+    answered = [post(tenants, keys["rpm"]) for _ in range(3)]
+    assert [r.status_code for r in answered] == [200] * 3
+    assert answered[0].headers["x-ratelimit-limit-requests"] == "3"
+    assert [r.headers["x-ratelimit-remaining-requests"] for r in answered] == ["2", "1", "0"]
+    refused = post(tenants, keys["rpm"])
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert 1 <= int(refused.headers["retry-after"]) <= 60 and refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert post(tenants, keys["light"]).status_code == 200  # another key is not affected
+    done = subprocess.run(aio_command("keys", "update", "rpm", "--rpm", "0"), capture_output=True, text=True,
+                          env=server_env(tenants.home, tenants.database_url, tenants.admin_key), timeout=60)
+    assert done.returncode == 0 and "no limits" in done.stdout, done.stderr
+    time.sleep(5.5)  # the key cache
+    assert post(tenants, keys["rpm"]).status_code == 200
+
+
+def test_tokens_per_minute_per_key(tenants):
+    first = post(tenants, tenants.keys["tpm"])
+    assert first.status_code == 200 and first.headers["x-ratelimit-limit-tokens"] == "10"
+    refused = post(tenants, tenants.keys["tpm"])  # the first used more than 10 prompt + completion tokens
+    assert refused.status_code == 429 and refused.headers["x-ratelimit-remaining-tokens"] == "0"
+    assert "10 tokens per minute" in refused.json()["error"]["message"]
+
+
+def test_concurrent_streams_per_key(tenants):
+    with httpx.Client(timeout=60) as client:
+        stream = open_stream(client, tenants, tenants.keys["streams"])
+        try:
+            second = post(tenants, tenants.keys["streams"])
+            assert second.status_code == 429 and second.headers["retry-after"] == "1"
+            assert post(tenants, tenants.keys["light"]).status_code == 200
+        finally:
+            stream.close()
+    deadline = time.monotonic() + 20
+    while post(tenants, tenants.keys["streams"]).status_code != 200:
+        assert time.monotonic() < deadline, "the finished stream never gave its slot back"
+        time.sleep(0.2)
+
+
+def test_one_key_cannot_fill_a_tier_queue_and_n_counts_against_it(tenants):
+    """small runs one sequence at a time and queues 8: a key may hold half of that, counted in sequences."""
+    stop = threading.Event()
+
+    def heavy_stream() -> None:
+        with httpx.Client(timeout=120) as client, client.stream(
+                "POST", tenants.api_url + "/chat/completions", headers={"Authorization": f"Bearer {tenants.keys['heavy']}"},
+                json={"model": "small", "messages": HELLO, **LONG, "n": 2}) as response:
+            for _ in response.iter_lines():
+                if stop.is_set():
+                    return
+
+    threads = [threading.Thread(target=heavy_stream, daemon=True) for _ in range(2)]  # 4 sequences
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while waiting(tenants) < 3:  # one runs, three wait
+            assert time.monotonic() < deadline, "the heavy key's sequences never queued"
+            time.sleep(0.05)
+        refused = post(tenants, tenants.keys["heavy"], n=2)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "queue_share_exceeded"
+        light = post(tenants, tenants.keys["light"])
+        assert light.status_code == 200
+        # FIFO would have served it after all three waiting heavy sequences; it went before the two of the heavy
+        # key's second request (admitted with 2 sequences in flight: priority 2), which still wait
+        assert waiting(tenants) >= 1
+        too_many = post(tenants, tenants.keys["light"], n=8)  # 1+ waiting + 8 sequences > max_queue 8
+        assert too_many.status_code == 429 and too_many.json()["error"]["code"] == "queue_full"
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+
+
+def waiting(server, tier: str = "small") -> float:
+    for line in httpx.get(server.base_url + "/metrics").text.splitlines():
+        if line.startswith("vllm:num_requests_waiting{") and f'tier="{tier}"' in line:
+            return float(line.split()[-1])
+    raise AssertionError("no waiting metric")
