@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.servers import aio_command, create_key, server_env, start_server
-from tests.test_server_api import HELLO
+from tests.test_server_api import HELLO, log_rows
 
 LONG = {"max_tokens": 900, "stream": True, "ignore_eos": True, "temperature": 0}
 
@@ -132,3 +132,39 @@ def waiting(server, tier: str = "small") -> float:
         if line.startswith("vllm:num_requests_waiting{") and f'tier="{tier}"' in line:
             return float(line.split()[-1])
     raise AssertionError("no waiting metric")
+
+
+def test_an_oversized_prompt_is_refused_before_tokenizing_and_not_stored_whole(tenants):
+    huge = "lorem ipsum " * 350_000  # 4.2 MB: over any tier's context at any tokenizer
+    refused = httpx.post(tenants.api_url + "/chat/completions", timeout=120,
+                         headers={"Authorization": f"Bearer {tenants.keys['light']}"},
+                         json={"model": "auto", "messages": [{"role": "user", "content": huge}]})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded"
+    assert "characters" in refused.json()["error"]["message"]
+    request_id = refused.headers["x-request-id"]
+    row = log_rows(tenants, [request_id])[request_id]
+    assert row["status"] == "rejected" and len(row["prompt"]) < 10_000 and "more characters not stored" in row["prompt"]
+
+
+def test_slow_headers_and_slow_bodies_are_cut_off(tenants):
+    host, port = tenants.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as slow_headers:
+        slow_headers.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        assert slow_headers.recv(1024) == b""  # closed by the server after header_timeout_s
+    with socket.create_connection((host, int(port)), timeout=10) as slow_body:
+        slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 100\r\n\r\n{\"model\":")
+        answer = b""
+        while chunk := slow_body.recv(4096):  # until the server closes the connection
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 1 s" in answer
+    assert httpx.get(tenants.base_url + "/health").status_code == 200
+
+
+def test_the_home_the_database_and_the_journal_are_private(tenants):
+    from aio.server.data_at_rest import mode
+
+    assert mode(tenants.home) == 0o700
+    assert mode(tenants.home / "aio.db") == 0o600
+    journals = list((tenants.home / "log-spill").glob("journal-*.jsonl"))
+    assert journals and all(mode(p) == 0o600 for p in journals) and mode(tenants.home / "log-spill") == 0o700

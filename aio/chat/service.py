@@ -21,6 +21,8 @@ from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.pool import ChatChunk, Tier, TierPool
 
 QUEUE_FULL_RETRY_AFTER_S = 1.0
+MAX_CHARS_PER_TOKEN = 32  # no tokenizer's token is longer: more characters than this per context token cannot fit
+CLASSIFIER_MAX_CHARS = 32_768  # the classifier reads at most this much of a prompt (its features cut earlier)
 MAX_LIVE_PRIORITY = 9  # quality-monitor replays run at 10, behind all live traffic
 
 
@@ -74,6 +76,7 @@ class ChatService:
 
     async def _prepare(self, body: ChatCompletionRequest, ctx: RequestContext) -> PreparedChat:
         messages = normalize_messages(body.messages)
+        self._refuse_oversized(messages)
         max_tokens = body.max_completion_tokens or body.max_tokens
         if body.top_logprobs is not None and not body.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
@@ -106,11 +109,21 @@ class ChatService:
                            retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
         return min(MAX_LIVE_PRIORITY, held)  # each sequence the key has in flight puts it one step behind
 
+    def _refuse_oversized(self, messages: list[dict[str, str]]) -> None:
+        """A prompt no tier could hold is refused before anything tokenizes its megabytes."""
+        num_chars = sum(len(str(m.get("content") or "")) for m in messages)
+        largest = max(t.max_model_len for t in self.pool)
+        if num_chars > largest * MAX_CHARS_PER_TOKEN:
+            raise APIError(400, f"the messages have {num_chars} characters, more than any tier's context "
+                                f"({largest} tokens) can hold; shorten the messages", param="messages",
+                           code="context_length_exceeded")
+
     async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]]) -> RoutingDecision:
         """`auto`: the classifier's choice; otherwise the tier the model names."""
         if body.model == "auto":
             classifier = self.router.classifier  # may be swapped meanwhile: decide with the one that scored
-            proba = await self.classifier_batcher.predict(classifier, messages_to_text(messages))
+            text = messages_to_text(messages)[:CLASSIFIER_MAX_CHARS]
+            proba = await self.classifier_batcher.predict(classifier, text)
             return self.router.decide(proba, body.aio_quality, classifier)
         tier = self.pool.find(body.model)
         if tier is None:
