@@ -63,6 +63,8 @@ def server_env(home: Path, database_url: str, admin_key: str, **extra: str) -> d
     env.update(AIO_HOME=str(home), AIO_DATABASE_URL=database_url, AIO_ADMIN_KEY=admin_key, HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", AIO_OPEN_ENDPOINT="true")
     env.update(extra)
+    if not admin_key:
+        env.pop("AIO_ADMIN_KEY")  # `aio serve` generates one into $AIO_HOME/admin-key
     env.pop("TRITON_INTERPRET", None)
     return env
 

@@ -168,3 +168,39 @@ def test_the_home_the_database_and_the_journal_are_private(tenants):
     assert mode(tenants.home / "aio.db") == 0o600
     journals = list((tenants.home / "log-spill").glob("journal-*.jsonl"))
     assert journals and all(mode(p) == 0o600 for p in journals) and mode(tenants.home / "log-spill") == 0o700
+
+
+@pytest.mark.parametrize("start, end", [("9999-12-30", "9999-12-31"), ("9999-12-31T00:00:00", None),
+                                        ("0001-01-01", "0001-01-02")])
+def test_a_custom_dashboard_range_at_the_ends_of_the_calendar_is_a_400(start, end):
+    from aio.api.errors import APIError
+    from aio.dashboard.ranges import parse_range
+
+    with pytest.raises(APIError) as info:
+        parse_range("custom", start, end)
+    assert info.value.status_code == 400 and info.value.param == "start"
+
+
+@pytest.mark.parametrize("admin_key, message", [
+    ("short-admin-key", "the admin key has 15 characters; it needs at least 32"),
+    ("ab" * 20, "the admin key repeats a few characters (2 distinct)"),
+])
+def test_weak_admin_keys_are_refused_at_start(tmp_path, admin_key, message):
+    done = subprocess.run(aio_command("serve", "--port", "1"), capture_output=True, text=True, timeout=120,
+                          env=server_env(tmp_path, f"sqlite:///{tmp_path / 'aio.db'}", admin_key))
+    assert done.returncode == 2 and message in done.stderr and admin_key not in done.stdout + done.stderr
+
+
+def test_a_generated_admin_key_goes_to_a_private_file_not_to_the_output(tmp_path):
+    from aio.server.data_at_rest import mode
+
+    server = start_server(None, tmp_path, f"sqlite:///{tmp_path / 'aio.db'}", admin_key="",
+                          AIO_DEMO_MODEL="random", AIO_MONITOR_MODE="off")
+    try:
+        key_file = tmp_path / "admin-key"
+        key = key_file.read_text().strip()
+        assert mode(key_file) == 0o600 and len(key) >= 32
+        assert httpx.get(server.base_url + "/admin/keys", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    finally:
+        server.stop()
+    assert key not in server.output() and str(key_file) in server.output()
