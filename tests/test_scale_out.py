@@ -46,7 +46,7 @@ def test_keyed_requests_are_answered_through_an_outage_longer_than_every_cache(t
     key = create_key(tmp_path, database_url, "tenant")
     never_seen = create_key(tmp_path, database_url, "other")
     server = start_server(tiny_config(tmp_path / "aio.toml", checkpoint_dir("llama")), tmp_path, database_url,
-                          AIO_OPEN_ENDPOINT="false", AIO_MONITOR_MODE="off")
+                          AIO_OPEN_ENDPOINT="false", AIO_MONITOR_MODE="off", AIO_REPLICA="replica-a")
     ids = []
     try:
         first = chat(server, key)
@@ -60,6 +60,9 @@ def test_keyed_requests_are_answered_through_an_outage_longer_than_every_cache(t
                 assert response.status_code == 200, response.text
                 ids.append(response.headers["x-request-id"])
                 time.sleep(0.3)
+            ready = httpx.get(server.base_url + "/ready")  # still ready: a balancer must not drain every replica
+            assert ready.status_code == 200 and ready.json()["status"] == "degraded"
+            assert ready.json()["checks"]["database"].startswith("unreachable")
             unknown = chat(server, never_seen)
             assert unknown.status_code == 503 and unknown.headers["retry-after"]
             assert unknown.json()["error"]["message"] == "cannot check the API key right now; retry later"
@@ -67,9 +70,24 @@ def test_keyed_requests_are_answered_through_an_outage_longer_than_every_cache(t
             postgres_server.start()
         rows = log_rows(server, ids, timeout=60)
         assert set(rows) == set(ids) and all(r["status"] == "ok" for r in rows.values())
+        assert {r["replica"] for r in rows.values()} == {"replica-a"}
+        assert httpx.get(server.base_url + "/ready").json()["status"] == "ready"
         assert sql(database_url, "SELECT COUNT(*) FROM requests WHERE http_status = 200")[0][0] == len(ids)
     finally:
         server.stop()
+
+
+def test_concurrent_upgrades_report_one_migration(tmp_path, postgres_database_factory):
+    database_url = postgres_database_factory("concurrent_upgrade")
+    runs = [subprocess.Popen(aio_command("db", "upgrade"), env=server_env(tmp_path, database_url, "k"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert all(run.returncode == 0 for run in runs), outputs
+    from aio.db.migrate import head_revision
+
+    head = head_revision()
+    reports = sorted(out.strip().split(": ", 1)[1] for out, _ in outputs)
+    assert reports == sorted([f"upgraded from (empty) to {head}"] + [f"already at revision {head}"] * 2)
 
 
 def test_sigkill_mid_stream_and_mid_outage_loses_no_request(tmp_path, checkpoint_dir, postgres_server,
