@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,15 +77,29 @@ class RoundRobinProxy:
         self._next = 0
         self.server: asyncio.Server | None = None
         self.port = free_port()
+        self._pipes: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
 
     async def close(self) -> None:
         self.server.close()
+        for task in self._pipes:
+            task.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
         await self.server.wait_closed()
 
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._pipes.add(task)
+        try:
+            await self._connect(client_reader, client_writer)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._pipes.discard(task)
+
+    async def _connect(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         backend = None
         for _ in range(len(self.ports)):
             port = self.ports[self._next % len(self.ports)]
@@ -166,8 +181,13 @@ class Cluster:
             await asyncio.to_thread(self.postgres.start)
         self.events.append(f"{time.monotonic() - started:.1f} s: PostgreSQL back")
 
-    def close(self) -> None:
+    def close(self) -> Path:
+        """Stops everything; returns a folder with the replicas' logs."""
         for replica in self.replicas:
             replica.stop()
         self.postgres.close()
+        logs = Path(tempfile.mkdtemp(prefix="aio-replicas-logs-"))
+        for replica in self.replicas:
+            shutil.copy(replica.home / "server.log", logs / f"{replica.name}.log")
         self.tmp.cleanup()
+        return logs

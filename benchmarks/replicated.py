@@ -55,7 +55,8 @@ def run_replicated(args) -> dict:
         cut_duplicated = sum(1 for _, n in cut_rows.values() if n > 1)
         before_answer = len(out.failed) - len(out.cut)  # e.g. a connection the proxy had opened to the killed one
     finally:
-        cluster.close()
+        logs = cluster.close()
+    print(f"replica logs: {logs}")
     for event in cluster.events:
         print("event:", event)
     print(f"streams cut by the kill: {len(out.cut)}, their rows missing {cut_missing}, duplicated {cut_duplicated} "

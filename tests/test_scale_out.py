@@ -241,3 +241,30 @@ def test_a_promoted_classifier_loads_on_a_replica_that_never_saw_its_folder(data
         assert list((replica_home / "classifiers").iterdir())  # unpacked once into the replica's own cache
     finally:
         engine.dispose()
+
+
+def test_the_journal_recovers_what_a_dead_process_had_not_written_and_leaves_live_ones_alone(tmp_path):
+    from aio.db.journal import Journal
+    from aio.db.records import RequestRecord
+
+    dead = Journal(tmp_path)
+    begun = [RequestRecord(request_id=f"r{i}", status="ok", prompt_tokens=5) for i in range(4)]
+    for record in begun:
+        dead.begin(record)
+    dead.end(RequestRecord(request_id="r0", status="ok", prompt_tokens=5, completion_tokens=7))
+    dead.end(RequestRecord(request_id="r1", status="ok", prompt_tokens=5, completion_tokens=3))
+    dead.done(["r1", "r3"])  # in the database already
+    live = Journal(tmp_path)
+    live.begin(RequestRecord(request_id="live", status="ok"))
+    dead.close(delete_if_done=False)  # the process dies: its lock goes, its files stay
+
+    heir = Journal(tmp_path)
+    recovered = {r.request_id: r for r in heir.adopt_orphans()}
+    assert set(recovered) == {"r0", "r2"}  # not the done ones, not the live process's
+    assert recovered["r0"].status == "ok" and recovered["r0"].completion_tokens == 7
+    assert recovered["r2"].status == "interrupted" and recovered["r2"].http_status == 500
+    assert heir.num_open == 2  # re-journaled by the heir until its database write
+    heir.done(["r0", "r2"])
+    heir.close()
+    live.close(delete_if_done=False)
+    assert [p.name.split("-")[0] for p in tmp_path.iterdir()] == ["journal"]  # only the live one's file is left
