@@ -42,9 +42,11 @@ class Outcomes:
     failed: list[str] = field(default_factory=list)  # what went wrong
     cut: list[str] = field(default_factory=list)  # request ids of streams that started and were cut
     server_errors: int = 0  # 5xx answers other than a 503 with Retry-After
+    failed_at: list[float] = field(default_factory=list)  # time.monotonic() of each failure
     ttft: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
     tokens: int = 0
+    started_at: float = 0.0  # time.monotonic() when the clients started
 
 
 async def one_request(client: httpx.AsyncClient, url: str, max_tokens: int, timeout: float,
@@ -100,8 +102,10 @@ async def one_request(client: httpx.AsyncClient, url: str, max_tokens: int, time
                 out.tokens += tokens
                 return 0.0
     except TimeoutError:
+        out.failed_at.append(time.monotonic())
         out.failed.append(f"no complete answer within {timeout:g} s")
     except httpx.HTTPError as exc:
+        out.failed_at.append(time.monotonic())
         out.failed.append(f"{type(exc).__name__}: {exc}")
         if started is not None:
             out.cut.append(started)
@@ -125,6 +129,7 @@ async def run_clients(base_url: str, clients: int, duration: float, max_tokens: 
                     await asyncio.sleep(min(wait, max(0.0, deadline - time.monotonic())))
 
     start = time.perf_counter()
+    out.started_at = time.monotonic()
     await asyncio.gather(*(client_loop(i) for i in range(clients)), *([alongside] if alongside else []))
     return out, time.perf_counter() - start
 

@@ -101,9 +101,9 @@ class RoundRobinProxy:
 
     async def _connect(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         backend = None
-        for _ in range(len(self.ports)):
-            port = self.ports[self._next % len(self.ports)]
-            self._next += 1
+        first, self._next = self._next, self._next + 1
+        for k in range(len(self.ports)):  # each replica once, from this connection's turn on
+            port = self.ports[(first + k) % len(self.ports)]
             with contextlib.suppress(OSError):
                 backend = await asyncio.open_connection("127.0.0.1", port)
                 break

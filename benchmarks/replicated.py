@@ -59,6 +59,9 @@ def run_replicated(args) -> dict:
     print(f"replica logs: {logs}")
     for event in cluster.events:
         print("event:", event)
+    if out.failed_at:
+        moments = sorted(round(t - out.started_at, 1) for t in out.failed_at)
+        print(f"connection failures at (s into the run): {moments[:20]}{' …' if len(moments) > 20 else ''}")
     print(f"streams cut by the kill: {len(out.cut)}, their rows missing {cut_missing}, duplicated {cut_duplicated} "
           f"(statuses {sorted({s for s, _ in cut_rows.values()})}); failed before any answer: {before_answer}")
     report = print_report(args, out, seconds, missing, duplicated, replicas=args.replicas, kill_one=args.kill_one,
