@@ -30,6 +30,17 @@ def rows_of(database_url: str, request_ids: list[str], timeout: float = 60.0) ->
         engine.dispose()
 
 
+def count_interrupted(database_url: str) -> int:
+    from aio.db.database import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as c:
+            return c.execute(sa.text("SELECT COUNT(*) FROM requests WHERE status = 'interrupted'")).scalar()
+    finally:
+        engine.dispose()
+
+
 def run_replicated(args) -> dict:
     print(f"starting {args.replicas} replicas on a throwaway PostgreSQL ...", flush=True)
     cluster = Cluster.start(args.replicas)
@@ -53,7 +64,8 @@ def run_replicated(args) -> dict:
         cut_rows = rows_of(cluster.database_url, out.cut) if out.cut else {}
         cut_missing = len(set(out.cut) - cut_rows.keys())
         cut_duplicated = sum(1 for _, n in cut_rows.values() if n > 1)
-        before_answer = len(out.failed) - len(out.cut)  # e.g. a connection the proxy had opened to the killed one
+        before_answer = len(out.failed) - len(out.cut)  # in flight on the killed one, before its first byte
+        interrupted = count_interrupted(cluster.database_url)
     finally:
         logs = cluster.close()
     print(f"replica logs: {logs}")
@@ -63,11 +75,12 @@ def run_replicated(args) -> dict:
         moments = sorted(round(t - out.started_at, 1) for t in out.failed_at)
         print(f"connection failures at (s into the run): {moments[:20]}{' …' if len(moments) > 20 else ''}")
     print(f"streams cut by the kill: {len(out.cut)}, their rows missing {cut_missing}, duplicated {cut_duplicated} "
-          f"(statuses {sorted({s for s, _ in cut_rows.values()})}); failed before any answer: {before_answer}")
+          f"(statuses {sorted({s for s, _ in cut_rows.values()})}); failed before any answer: {before_answer}; "
+          f"rows logged as interrupted (recovered from the killed replica's journal): {interrupted}")
     report = print_report(args, out, seconds, missing, duplicated, replicas=args.replicas, kill_one=args.kill_one,
                           outage_s=args.outage_s if args.kill_one else 0, events=cluster.events, cut=len(out.cut),
                           cut_rows_missing=cut_missing, cut_rows_duplicated=cut_duplicated,
-                          failed_before_answer=before_answer)
+                          failed_before_answer=before_answer, interrupted_rows=interrupted)
     report["ok"] = (out.server_errors == 0 and missing == 0 and duplicated == 0 and cut_missing == 0
                     and cut_duplicated == 0 and (args.kill_one or not out.failed))
     return report

@@ -268,3 +268,14 @@ def test_the_journal_recovers_what_a_dead_process_had_not_written_and_leaves_liv
     heir.close()
     live.close(delete_if_done=False)
     assert [p.name.split("-")[0] for p in tmp_path.iterdir()] == ["journal"]  # only the live one's file is left
+
+
+@pytest.mark.slow
+def test_the_replicated_load_test_loses_nothing_when_a_replica_is_killed_and_postgres_stops(postgres_server):
+    from benchmarks.loadtest import main
+
+    report = main(["--replicas", "2", "--kill-one", "--clients", "3", "--duration", "40", "--outage-s", "8",
+                   "--max-tokens", "8"])
+    assert report["ok"] and report["answered"] > 0 and report["server_errors"] == 0
+    assert report["lost_from_log"] == 0 and report["duplicated_in_log"] == 0
+    assert report["cut_rows_missing"] == 0 and report["interrupted_rows"] >= report["cut"]
