@@ -97,8 +97,9 @@ def test_one_key_cannot_fill_a_tier_queue_and_n_counts_against_it(tenants):
     stop = threading.Event()
 
     def heavy_stream() -> None:
+        heavy = {"Authorization": f"Bearer {tenants.keys['heavy']}"}
         with httpx.Client(timeout=120) as client, client.stream(
-                "POST", tenants.api_url + "/chat/completions", headers={"Authorization": f"Bearer {tenants.keys['heavy']}"},
+                "POST", tenants.api_url + "/chat/completions", headers=heavy,
                 json={"model": "small", "messages": HELLO, **LONG, "n": 2}) as response:
             for _ in response.iter_lines():
                 if stop.is_set():

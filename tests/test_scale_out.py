@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 import time
 
 import httpx

@@ -144,4 +144,5 @@ MAX_REJECTED_PROMPT_CHARS = 8192  # a refused request's prompt is stored cut to 
 def _bounded(text: str) -> str:
     if len(text) <= MAX_REJECTED_PROMPT_CHARS:
         return text
-    return text[:MAX_REJECTED_PROMPT_CHARS] + f"… [{len(text) - MAX_REJECTED_PROMPT_CHARS} more characters not stored]"
+    cut = len(text) - MAX_REJECTED_PROMPT_CHARS
+    return text[:MAX_REJECTED_PROMPT_CHARS] + f"… [{cut} more characters not stored]"

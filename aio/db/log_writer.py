@@ -6,10 +6,12 @@ A batch retried after an ambiguous commit (the connection died while committing)
 request once.
 
 While the database is unreachable the records stay queued (in memory up to `max_buffer`, then in the spill file)
-and the batch is retried with exponential backoff; nothing is dropped. With a journal (`aio.db.journal`) every
-request is also on local disk from its start (`begin`) until the database holds it, so a crash loses nothing. The one exception is a record refused for its own content (a constraint or
-data error that it raises alone): isolated from its batch, it is logged with its request id and dropped, so that
-one bad record cannot stop the log.
+and the batch is retried with exponential backoff; nothing is dropped. The one exception is a record refused for
+its own content (a constraint or data error that it raises alone): isolated from its batch, it is logged with its
+request id and dropped, so that one bad record cannot stop the log.
+
+With a journal (`aio.db.journal`) every request is also on local disk from its start (`begin`) until the database
+holds it, so a crash loses nothing.
 """
 from __future__ import annotations
 
