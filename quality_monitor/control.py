@@ -37,17 +37,14 @@ class CentralControl:
             self.is_leader, self._cursor = False, None
             return []
         if not self.is_leader:
-            self._take_over()
+            self._take_over()  # the window's verdicts were acted on by the last leader; new ones count
         verdicts, self._cursor = self.store.verdicts_after(self._cursor)
         if not verdicts:
             return []
         self.controller.offsets = dict(self.store.offsets())
         changes = []
         for tier, passed in verdicts:
-            change = self.controller.record(tier, passed)
-            if change is not None:
-                changes.append(change)
-                self._apply(change)
+            changes += self._apply(self.controller.record(tier, passed))
         return changes
 
     def _take_over(self) -> None:
@@ -59,12 +56,15 @@ class CentralControl:
         _, self._cursor = self.store.verdicts_after(None)
         self.is_leader = True
 
-    def _apply(self, change: ThresholdChange) -> None:
+    def _apply(self, change: ThresholdChange | None) -> list[ThresholdChange]:
+        if change is None:
+            return []
         logger.warning("quality monitor: %s", change.reason)
         offsets = self.store.shift(change, self.controller.settings.max_offset)
         self.controller.offsets = dict(offsets)
         if self.on_change is not None:
             self.on_change(change, dict(offsets))
+        return [change]
 
     async def run(self) -> None:
         while True:
