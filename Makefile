@@ -25,7 +25,7 @@ endif
 	touch $(STAMP)
 
 run: setup
-	$(VENV)/bin/aio serve
+	$(VENV)/bin/aio serve --open
 
 test: setup
 	$(PY) -m pytest -q

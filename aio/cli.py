@@ -22,46 +22,63 @@ def main() -> None:
 def serve(host: str = typer.Option("127.0.0.1", metavar="HOST", help="address to bind; non-loopback needs API keys"),
           port: int = typer.Option(8000, min=1, max=65535, metavar="PORT"),
           config: Path | None = typer.Option(None, "--config", "-c", metavar="FILE", help="a TOML settings file (see README)"),
+          open_endpoint: bool = typer.Option(False, "--open", help="serve without API keys (loopback only; the "
+                                             "setting open_endpoint)"),
           log_level: str = typer.Option("info", metavar="LEVEL", help="debug, info, warning or error")) -> None:
     """Start the OpenAI-compatible server (the embedded demo tiers and SQLite when nothing is configured)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import logging
-    import secrets
+    import socket
 
     import uvicorn
 
     from aio.db.database import DatabaseError
     from aio.server.app import StartupError, create_app, preflight
+    from aio.server.auth import weak_admin_key_reason
+    from aio.server.data_at_rest import generated_admin_key, restrict_home, restrict_sqlite_file
+    from aio.server.slow_clients import header_timeout_protocol
     from aio.settings import ConfigError, load_settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        settings = load_settings(config)
+        overrides = {"open_endpoint": True} if open_endpoint else {}
+        settings = load_settings(config, **overrides)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
+    if settings.admin_key is not None and (weak := weak_admin_key_reason(settings.admin_key)):
+        typer.echo(f"error: {weak} (AIO_ADMIN_KEY); e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+                   err=True)
+        raise typer.Exit(2)
+    restrict_home(settings.home)
     try:
         preflight(settings, host)
     except (StartupError, DatabaseError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
+    restrict_sqlite_file(settings.resolved_database_url)
     from aio.commands import describe_database
 
     typer.echo(f"database: {describe_database(settings)}", err=True)
     admin_key = settings.admin_key
     if admin_key is None:
-        admin_key = "aio-admin-" + secrets.token_urlsafe(24)
-        typer.echo(f"AIO_ADMIN_KEY is not set; the admin key for this run (shown once): {admin_key}")
+        admin_key, key_file = generated_admin_key(settings.home)
+        typer.echo(f"AIO_ADMIN_KEY is not set; the admin key is in {key_file} (readable by this user only)")
+    replica = settings.replica or f"{socket.gethostname()}:{port}"
+    settings = settings.model_copy(update={"replica": replica})
     if settings.uses_demo_tiers:
         typer.echo(f"no tiers configured: serving the embedded demo tiers ({_demo_summary(settings.demo_model)}); "
                    "configure tiers with --config (README, Configuration)")
     from aio.commands.thresholds_view import startup_routing_line
 
     typer.echo(startup_routing_line(settings))
-    typer.echo(f"OpenAI-compatible endpoint: http://{host}:{port}/v1  (model 'auto' routes)")
+    typer.echo(f"OpenAI-compatible endpoint: http://{host}:{port}/v1  (model 'auto' routes; replica {replica})")
     _exit_cleanly_on_signals()
     uvicorn.run(create_app(settings, bind_host=host, admin_key=admin_key), host=host, port=port,
-                log_level=log_level.lower(), timeout_graceful_shutdown=30)
+                log_level=log_level.lower(), timeout_graceful_shutdown=30,
+                http=header_timeout_protocol(settings.header_timeout_s),
+                timeout_keep_alive=max(1, round(settings.keep_alive_timeout_s)),
+                limit_concurrency=settings.max_connections)
 
 
 def _exit_cleanly_on_signals() -> None:

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from aio.db.leases import SqlLease, holder_name
 from aio.db.models import Request, Verification
 from aio.db.records import utcnow
 from aio.routing import registry
@@ -82,9 +83,19 @@ class SqlVerdictStore:
     def offsets(self) -> dict[str, float]:
         return registry.router_state(self.engine).offsets
 
-    def apply(self, change: ThresholdChange, offsets: dict[str, float]) -> None:
-        registry.set_router_state(self.engine, offsets=offsets, updated_by="quality monitor", note=change.reason,
-                                  retrain_due_reason=change.reason if change.retrain_due else None)
+    def shift(self, change: ThresholdChange, max_offset: float) -> dict[str, float]:
+        state = registry.shift_offset(self.engine, change.tier, change.new_offset - change.old_offset, max_offset,
+                                      updated_by="quality monitor", note=change.reason,
+                                      retrain_due_reason=change.reason if change.retrain_due else None)
+        return state.offsets
+
+    def verdicts_after(self, cursor: int | None, limit: int = 1000) -> tuple[list[tuple[str, bool]], int | None]:
+        with Session(self.engine) as session:
+            if cursor is None:
+                return [], session.scalar(sa.select(sa.func.max(Verification.id))) or 0
+            rows = session.execute(sa.select(Verification.id, Verification.tier, Verification.passed)
+                                   .where(Verification.id > cursor).order_by(Verification.id).limit(limit)).all()
+        return [(row.tier, bool(row.passed)) for row in rows], (rows[-1].id if rows else cursor)
 
 
 class MonitorCollector(Collector):
@@ -123,8 +134,12 @@ class MonitorCollector(Collector):
         yield from (samples, verdicts, dropped, failure, offset, depth, cost, tokens)
 
 
+MONITOR_LEASE = "quality-monitor"
+
+
 def build_monitor(settings: Settings, reference: Tier, prices: Prices, store: SqlVerdictStore,
-                  on_change=None) -> QualityMonitor:
+                  on_change=None, holder: str | None = None) -> QualityMonitor:
+    """The monitor; it moves thresholds only while it holds the deployment's "quality-monitor" lease."""
     controller = ThresholdController(ControllerSettings(
         window=settings.quality_window, min_verdicts=settings.quality_min_verdicts,
         max_failure_rate=settings.quality_max_failure_rate, recover_rate=settings.quality_recover_rate,
@@ -134,7 +149,10 @@ def build_monitor(settings: Settings, reference: Tier, prices: Prices, store: Sq
         reference_tier=reference.name, sampler=Sampler(settings.quality_sample_rate, MONITORED_TIERS),
         comparer=AnswerComparer(), controller=controller, pass_threshold=settings.quality_pass_threshold,
         queue_size=settings.quality_queue_size, budget_tokens_per_hour=settings.quality_budget_tokens_per_hour,
-        max_concurrent=settings.quality_max_concurrent, on_change=on_change)
+        max_concurrent=settings.quality_max_concurrent, on_change=on_change,
+        leadership=SqlLease(store.engine, MONITOR_LEASE, holder or holder_name(settings.replica),
+                            settings.quality_lease_ttl_s),
+        control_interval_s=settings.quality_control_interval_s)
 
 
 def unverified_candidates(engine: Engine, lookback: timedelta, quality: float,

@@ -128,7 +128,17 @@ class Settings(BaseSettings):
     max_concurrent_requests: int = Field(1024, ge=1)  # in flight over all tiers; beyond: 429
     queue_timeout_s: float = Field(60.0, gt=0)  # no first token by then: refused with 503, not served late
     tier_retry_after_s: float = Field(5.0, gt=0)  # a failed tier is skipped this long, then tried again
-    admin_key: str | None = None
+    admin_key: str | None = None  # at least 32 random characters; unset: one is generated into $AIO_HOME/admin-key
+    # true: the chat endpoint takes requests without an API key (loopback binds only). Off by default: without keys
+    # `aio serve` refuses to start, and revoking the last key never reopens the endpoint.
+    open_endpoint: bool = False
+    replica: str | None = None  # this server's name in the log's `replica` column; default: host:port
+    # slow clients (per connection): a request's headers, then its body, must arrive within these; idle keep-alive
+    # connections close after keep_alive_timeout_s; beyond max_connections new connections get 503
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(30.0, gt=0)
+    keep_alive_timeout_s: float = Field(5.0, gt=0)
+    max_connections: int = Field(2048, ge=1)
     # the dashboard's sign-in (docs/dashboard.md#sign-in): session length, the cookie's Secure flag ("auto": when
     # the request came over HTTPS), the proxies whose X-Forwarded-Proto/-For headers are believed (IPs or CIDRs),
     # failed sign-ins per client before 429
@@ -155,6 +165,8 @@ class Settings(BaseSettings):
     quality_max_concurrent: int = Field(1, ge=1)  # replays at once
     quality_replay_priority: int = Field(10, ge=1)  # engine priority of replays (live traffic is 0)
     quality_replay_max_tokens: int = Field(1024, ge=1)
+    quality_control_interval_s: float = Field(2.0, gt=0)  # how often the lease holder counts new verdicts
+    quality_lease_ttl_s: float = Field(15.0, gt=0)  # a dead controller's lease passes to another process after this
     log_buffer_size: int = Field(10_000, ge=1)  # records held in memory while the database is away; then spilled
     log_batch_size: int = Field(256, ge=1)
     log_flush_interval_s: float = Field(0.5, gt=0)

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import socket
 import statistics
 import subprocess
@@ -126,7 +127,8 @@ def _serve(db: Path, home: Path, admin_key: str) -> tuple[subprocess.Popen, str]
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIO_")}
     env.update(AIO_HOME=str(home), AIO_DATABASE_URL=f"sqlite:///{db}", AIO_ADMIN_KEY=admin_key,
-               AIO_MONITOR_MODE="off", AIO_DEMO_MODEL="random", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+               AIO_MONITOR_MODE="off", AIO_DEMO_MODEL="random", AIO_OPEN_ENDPOINT="true", HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
     process = subprocess.Popen([sys.executable, "-m", "aio.cli", "serve", "--port", str(port), "--log-level",
                                 "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         build_log(args.db, args.rows, args.days)
         print(f"built in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    admin_key = "bench-admin-key"
+    admin_key = secrets.token_urlsafe(32)  # `aio serve` refuses weak admin keys
     with tempfile.TemporaryDirectory(prefix="aio-bench-") as home:
         process, url = _serve(args.db, Path(home), admin_key)
         try:

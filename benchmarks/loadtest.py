@@ -1,9 +1,12 @@
 """Load test: N concurrent streaming clients against `aio serve` for T seconds, then an audit of the SQL log.
 
     python -m benchmarks.loadtest [--clients 64] [--duration 60] [--max-tokens 32] [--url http://127.0.0.1:PORT]
+    python -m benchmarks.loadtest --replicas 2 [--kill-one] [--outage-s 30]
 
 Without --url it starts `aio serve` on the random demo tiers (AIO_DEMO_MODEL=random, SQLite) in a temporary
-AIO_HOME on a loopback port and stops it afterwards. Every request must end as a complete answer (finish chunk, then
+AIO_HOME on a loopback port and stops it afterwards. With --replicas N it starts N servers on one throwaway
+PostgreSQL behind a round-robin proxy; --kill-one SIGKILLs one mid-run (and restarts it), then stops PostgreSQL
+for --outage-s seconds (see benchmarks/replicas.py). Every request must end as a complete answer (finish chunk, then
 [DONE]) or a clean refusal (429/503 with Retry-After); anything else — a 500, a stream cut without an error
 event, a hang past --request-timeout — is a failure. Every answered request must be in the SQL log exactly once.
 Prints throughput, TTFT and end-to-end p50/p95/p99 and the p99/p50 ratios, and a JSON line.
@@ -37,9 +40,13 @@ class Outcomes:
     answered: list[str] = field(default_factory=list)  # request ids
     refused: int = 0  # clean 429/503 with Retry-After
     failed: list[str] = field(default_factory=list)  # what went wrong
+    cut: list[str] = field(default_factory=list)  # request ids of streams that started and were cut
+    server_errors: int = 0  # 5xx answers other than a 503 with Retry-After
+    failed_at: list[float] = field(default_factory=list)  # time.monotonic() of each failure
     ttft: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
     tokens: int = 0
+    started_at: float = 0.0  # time.monotonic() when the clients started
 
 
 async def one_request(client: httpx.AsyncClient, url: str, max_tokens: int, timeout: float,
@@ -48,6 +55,7 @@ async def one_request(client: httpx.AsyncClient, url: str, max_tokens: int, time
     body = {"model": "auto", "messages": [{"role": "user", "content": rng.choice(PROMPTS)}], "stream": True,
             "max_tokens": max_tokens, "ignore_eos": True, "stream_options": {"include_usage": True}}
     start = time.perf_counter()
+    started = None  # the request id once the answer has begun
     try:
         async with asyncio.timeout(timeout):
             async with client.stream("POST", url, json=body) as response:
@@ -61,9 +69,11 @@ async def one_request(client: httpx.AsyncClient, url: str, max_tokens: int, time
                     return float(retry)
                 if response.status_code != 200:
                     await response.aread()
+                    out.server_errors += response.status_code >= 500
                     out.failed.append(f"HTTP {response.status_code}: {response.text[:200]}")
                     return 0.0
                 request_id = response.headers["x-request-id"]
+                started = request_id
                 first, finished, done, tokens = None, False, False, 0
                 async for line in response.aiter_lines():
                     if not line.startswith("data: "):
@@ -83,6 +93,7 @@ async def one_request(client: httpx.AsyncClient, url: str, max_tokens: int, time
                         tokens = event["usage"]["completion_tokens"]
                 if not (done and finished):
                     out.failed.append("stream cut without an error event")
+                    out.cut.append(request_id)
                     return 0.0
                 end = time.perf_counter()
                 out.answered.append(request_id)
@@ -91,14 +102,19 @@ async def one_request(client: httpx.AsyncClient, url: str, max_tokens: int, time
                 out.tokens += tokens
                 return 0.0
     except TimeoutError:
+        out.failed_at.append(time.monotonic())
         out.failed.append(f"no complete answer within {timeout:g} s")
     except httpx.HTTPError as exc:
+        out.failed_at.append(time.monotonic())
         out.failed.append(f"{type(exc).__name__}: {exc}")
+        if started is not None:
+            out.cut.append(started)
     return 0.0
 
 
 async def run_clients(base_url: str, clients: int, duration: float, max_tokens: int, timeout: float,
-                      seed: int) -> tuple[Outcomes, float]:
+                      seed: int, alongside=None) -> tuple[Outcomes, float]:
+    """N client loops for `duration` seconds; `alongside`, a coroutine, runs with them (chaos)."""
     out = Outcomes()
     url = base_url.rstrip("/") + "/v1/chat/completions"
     deadline = time.monotonic() + duration
@@ -113,7 +129,8 @@ async def run_clients(base_url: str, clients: int, duration: float, max_tokens: 
                     await asyncio.sleep(min(wait, max(0.0, deadline - time.monotonic())))
 
     start = time.perf_counter()
-    await asyncio.gather(*(client_loop(i) for i in range(clients)))
+    out.started_at = time.monotonic()
+    await asyncio.gather(*(client_loop(i) for i in range(clients)), *([alongside] if alongside else []))
     return out, time.perf_counter() - start
 
 
@@ -141,7 +158,8 @@ def audit_log(database_url: str, request_ids: list[str], timeout: float = 30.0) 
 
 def start_embedded_server(home: Path, port: int) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIO_")}
-    env.update(AIO_HOME=str(home), AIO_DEMO_MODEL="random", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env.update(AIO_HOME=str(home), AIO_DEMO_MODEL="random", AIO_OPEN_ENDPOINT="true", HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
     log = open(home / "server.log", "wb")
     process = subprocess.Popen([sys.executable, "-m", "aio.cli", "serve", "--port", str(port), "--log-level", "warning"],
                                env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -174,9 +192,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--url", help="an already running server on loopback (default: start one)")
     parser.add_argument("--database-url", help="its log (default: the started server's SQLite)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replicas", type=int, default=1, help="servers on one throwaway PostgreSQL behind a "
+                                                                "round-robin proxy (needs PostgreSQL installed)")
+    parser.add_argument("--kill-one", action="store_true", help="with --replicas: SIGKILL one mid-run (and "
+                                                                 "restart it), then stop PostgreSQL for --outage-s")
+    parser.add_argument("--outage-s", type=float, default=30.0)
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= 1024 or not 0 < args.duration <= 3600:
         parser.error("--clients must be in [1, 1024] and --duration in (0, 3600]")
+    if args.kill_one and args.replicas < 2:
+        parser.error("--kill-one needs --replicas 2 or more")
+    if args.replicas > 1:
+        from benchmarks.replicated import run_replicated
+
+        return run_replicated(args)
     process, tmp = None, None
     if args.url:
         host = httpx.URL(args.url).host
@@ -202,14 +231,20 @@ def main(argv: list[str] | None = None) -> dict:
             process.wait(60)
         if tmp is not None:
             tmp.cleanup()
+    return print_report(args, out, seconds, missing, duplicated)
+
+
+def print_report(args, out: Outcomes, seconds: float, missing: int | None, duplicated: int | None,
+                 **extra) -> dict:
     ttft, e2e = percentiles(out.ttft), percentiles(out.e2e)
     report = {"clients": args.clients, "seconds": round(seconds, 1), "answered": len(out.answered),
-              "refused": out.refused, "failed": len(out.failed), "lost_from_log": missing,
-              "duplicated_in_log": duplicated, "requests_per_s": round(len(out.answered) / seconds, 2),
+              "refused": out.refused, "failed": len(out.failed), "server_errors": out.server_errors,
+              "lost_from_log": missing, "duplicated_in_log": duplicated,
+              "requests_per_s": round(len(out.answered) / seconds, 2),
               "output_tokens_per_s": round(out.tokens / seconds, 1), "ttft_s": ttft, "e2e_s": e2e,
-              "failures": sorted(set(out.failed))[:10]}
-    print(f"answered {len(out.answered)}, refused cleanly {out.refused}, failed {len(out.failed)}, "
-          f"missing from the log {missing}, duplicated {duplicated}")
+              "failures": sorted(set(out.failed))[:10], **extra}
+    print(f"answered {len(out.answered)}, refused cleanly {out.refused}, failed {len(out.failed)} "
+          f"({out.server_errors} 5xx), missing from the log {missing}, duplicated {duplicated}")
     print(f"throughput {report['requests_per_s']} req/s, {report['output_tokens_per_s']} output tokens/s")
     for name, p in (("TTFT", ttft), ("end-to-end", e2e)):
         if p:
@@ -223,4 +258,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     report = main()
-    sys.exit(0 if report["failed"] == 0 and not report["lost_from_log"] and not report["duplicated_in_log"] else 1)
+    ok = report.get("ok", report["failed"] == 0 and not report["lost_from_log"] and not report["duplicated_in_log"])
+    sys.exit(0 if ok else 1)

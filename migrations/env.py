@@ -7,10 +7,8 @@ import sqlalchemy as sa
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from aio.db.migrate import PG_MIGRATION_LOCK  # replicas migrating the same PostgreSQL at once take turns on it
 from aio.db.models import Base
-
-# Any fixed number: replicas migrating the same PostgreSQL at once take turns on this advisory lock.
-PG_MIGRATION_LOCK = 0x41494F  # "AIO"
 
 config = context.config
 target_metadata = Base.metadata

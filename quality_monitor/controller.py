@@ -31,6 +31,11 @@ class ThresholdController:
         self._outcomes: dict[str, deque[bool]] = {}
         self._since_change: dict[str, int] = {}
 
+    def reset(self) -> None:
+        """Forget every verdict (offsets stay)."""
+        self._outcomes.clear()
+        self._since_change.clear()
+
     def warm_start(self, tier: str, outcomes: list[bool]) -> None:
         """Past verdicts, oldest first (from the log), so a restart does not forget the window."""
         window = self._window(tier)
@@ -47,10 +52,14 @@ class ThresholdController:
         return 1.0 - sum(window) / len(window)
 
     def record(self, tier: str, passed: bool) -> ThresholdChange | None:
+        self._window(tier).append(passed)
+        self._since_change[tier] = self._since_change.get(tier, 0) + 1
+        return self.decide(tier)
+
+    def decide(self, tier: str) -> ThresholdChange | None:
+        """The change the tier's current window calls for (once enough verdicts since the last), if any."""
         s = self.settings
         window = self._window(tier)
-        window.append(passed)
-        self._since_change[tier] = self._since_change.get(tier, 0) + 1
         if len(window) < s.min_verdicts or self._since_change[tier] < s.cooldown:
             return None
         rate = self.failure_rate(tier)

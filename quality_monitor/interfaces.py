@@ -60,4 +60,22 @@ class VerdictStore(Protocol):
 
     def offsets(self) -> dict[str, float]: ...
 
-    def apply(self, change: ThresholdChange, offsets: dict[str, float]) -> None: ...
+    def shift(self, change: ThresholdChange, max_offset: float) -> dict[str, float]:
+        """Add `change.new_offset - change.old_offset` to the tier's stored offset (kept in [0, max_offset]) in
+        one transaction; returns the stored offsets afterwards."""
+        ...
+
+    def verdicts_after(self, cursor: int | None, limit: int = 1000) -> tuple[list[tuple[str, bool]], int | None]:
+        """(tier, passed) of the stored verdicts after `cursor`, oldest first, and the cursor past them; with
+        `cursor` None: no verdicts and the cursor past the newest."""
+        ...
+
+
+class Leadership(Protocol):
+    """A lease one process of a deployment holds at a time (e.g. a row in the shared database)."""
+
+    def hold(self) -> bool:
+        """Take or renew the lease; True while this process holds it."""
+        ...
+
+    def release(self) -> None: ...

@@ -12,8 +12,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from quality_monitor.control import CentralControl
 from quality_monitor.controller import ThresholdController
-from quality_monitor.interfaces import Candidate, Replayer, ThresholdChange, Verdict, VerdictStore
+from quality_monitor.interfaces import Candidate, Leadership, Replayer, Verdict, VerdictStore
 from quality_monitor.sampling import Sampler
 from quality_monitor.similarity import AnswerComparer
 
@@ -36,7 +37,7 @@ class QualityMonitor:
                  sampler: Sampler | None = None, comparer: AnswerComparer | None = None,
                  controller: ThresholdController | None = None, pass_threshold: float = 0.85,
                  queue_size: int = 64, budget_tokens_per_hour: int = 200_000, max_concurrent: int = 1,
-                 on_change=None) -> None:
+                 on_change=None, leadership: Leadership | None = None, control_interval_s: float = 2.0) -> None:
         self.replayer = replayer
         self.store = store
         self.reference_tier = reference_tier
@@ -47,6 +48,10 @@ class QualityMonitor:
         self.budget_tokens_per_hour = budget_tokens_per_hour
         self.max_concurrent = max_concurrent
         self.on_change = on_change  # called with each ThresholdChange (e.g. to update the router at once)
+        # With a lease: only its holder moves thresholds, from every stored verdict (all replicas'); without one,
+        # this monitor counts its own verdicts.
+        self.central = CentralControl(self.controller, store, leadership, self.sampler.tiers, control_interval_s,
+                                      on_change) if leadership is not None else None
         self.queue: asyncio.Queue[Candidate] = asyncio.Queue(maxsize=queue_size)
         self.stats = MonitorStats()
         self._spent: deque[tuple[float, int]] = deque()  # (time, tokens) of the last hour's replays
@@ -86,23 +91,27 @@ class QualityMonitor:
     # ---- the workers --------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        for tier in self.sampler.tiers:
-            try:
-                self.controller.warm_start(tier, self.store.recent_outcomes(tier, self.controller.settings.window))
-            except Exception as exc:
-                logger.warning("cannot read past verdicts for %s: %s", tier, exc)
-        try:
-            self.controller.offsets.update(self.store.offsets())
-        except Exception as exc:
-            logger.warning("cannot read the current threshold offsets: %s", exc)
+        if self.central is None:
+            for tier in self.sampler.tiers:
+                try:
+                    self.controller.warm_start(tier, self.store.recent_outcomes(tier, self.controller.settings.window))
+                except Exception as exc:
+                    logger.warning("cannot read past verdicts for %s: %s", tier, exc)
         self._workers = [asyncio.create_task(self._work(), name=f"quality-monitor-{i}")
                          for i in range(self.max_concurrent)]
+        if self.central is not None:
+            self._workers.append(asyncio.create_task(self.central.run(), name="quality-monitor-control"))
 
     async def stop(self) -> None:
         for worker in self._workers:
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
+        if self.central is not None:
+            try:
+                await asyncio.to_thread(self.central.release)
+            except Exception as exc:
+                logger.warning("cannot release the quality monitor lease: %s", exc)
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Waits until the queue is empty and no replay is running (tests, shutdown)."""
@@ -141,13 +150,18 @@ class QualityMonitor:
         await asyncio.to_thread(self.store.save, verdict)
         key = (candidate.tier, passed)
         self.stats.verdicts[key] = self.stats.verdicts.get(key, 0) + 1
-        change = self.controller.record(candidate.tier, passed)
-        if change is not None:
-            await self._apply(change)
+        if self.central is None:
+            await asyncio.to_thread(self._control_locally, candidate.tier, passed)
         return verdict
 
-    async def _apply(self, change: ThresholdChange) -> None:
+    def _control_locally(self, tier: str, passed: bool) -> None:
+        """No lease: this monitor's own verdicts move thresholds, as deltas on what the store holds now."""
+        self.controller.offsets = dict(self.store.offsets())
+        change = self.controller.record(tier, passed)
+        if change is None:
+            return
         logger.warning("quality monitor: %s", change.reason)
-        await asyncio.to_thread(self.store.apply, change, dict(self.controller.offsets))
+        offsets = self.store.shift(change, self.controller.settings.max_offset)
+        self.controller.offsets = dict(offsets)
         if self.on_change is not None:
-            self.on_change(change, dict(self.controller.offsets))
+            self.on_change(change, dict(offsets))

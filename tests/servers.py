@@ -53,15 +53,23 @@ def aio_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "aio.cli", *args]
 
 
+TEST_ADMIN_KEY = "test-admin-key-0123456789abcdefghijklmnopqrstuvwxyz"  # long and varied enough for `aio serve`
+
+
 def server_env(home: Path, database_url: str, admin_key: str, **extra: str) -> dict[str, str]:
+    """The environment of an `aio serve` in `home`; open mode (no API keys on loopback) unless
+    AIO_OPEN_ENDPOINT is given."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIO_")}
     env.update(AIO_HOME=str(home), AIO_DATABASE_URL=database_url, AIO_ADMIN_KEY=admin_key, HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", **extra)
+               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", AIO_OPEN_ENDPOINT="true")
+    env.update(extra)
+    if not admin_key:
+        env.pop("AIO_ADMIN_KEY")  # `aio serve` generates one into $AIO_HOME/admin-key
     env.pop("TRITON_INTERPRET", None)
     return env
 
 
-def start_server(config: Path | None, home: Path, database_url: str, admin_key: str = "test-admin-key",
+def start_server(config: Path | None, home: Path, database_url: str, admin_key: str = TEST_ADMIN_KEY,
                  timeout: float = 120.0, **extra_env: str) -> LiveServer:
     """`config` None: the embedded default (demo tiers built in `home`)."""
     port = free_port()
@@ -84,3 +92,13 @@ def start_server(config: Path | None, home: Path, database_url: str, admin_key: 
         time.sleep(0.2)
     server.stop()
     raise RuntimeError(f"aio serve did not come up in {timeout} s:\n{server.output()}")
+
+
+def create_key(home: Path, database_url: str, name: str, *options: str) -> str:
+    """`aio keys create --name NAME [options]` on this database; returns the key."""
+    done = subprocess.run(aio_command("keys", "create", "--name", name, *options),
+                          env=server_env(home, database_url, TEST_ADMIN_KEY), capture_output=True, text=True,
+                          timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"aio keys create failed:\n{done.stdout}{done.stderr}")
+    return done.stdout.strip().splitlines()[-1]

@@ -79,6 +79,10 @@ class FixedClassifier:
 class ListLog:
     def __init__(self):
         self.records = []
+        self.begun = []
+
+    def begin(self, record):
+        self.begun.append(record)
 
     def submit(self, record):
         self.records.append(record)

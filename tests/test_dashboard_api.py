@@ -21,7 +21,7 @@ from aio.db.models import ClassifierVersion, DailyAggregate, DailyHistogram, Dai
 from aio.db.records import RequestRecord
 from tests.servers import start_server
 
-ADMIN_KEY = "dashboard-test-admin-key"
+ADMIN_KEY = "dashboard-test-admin-key-0123456789abcdefghijk"
 START = datetime(2025, 3, 1, tzinfo=timezone.utc)  # the seeded window: 2025-03-01 .. 2025-03-09
 TIERS = ("small", "medium", "large")
 FACTOR = 2 ** 0.25  # the width of a latency histogram bucket

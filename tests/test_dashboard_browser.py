@@ -26,7 +26,7 @@ from aio.db.models import Verification
 from tests.servers import start_server, terminate
 from tests.test_dashboard_api import XSS_ANSWER, XSS_PROMPT, make_records, make_verifications, write
 
-ADMIN_KEY = "dashboard-browser-admin-key"
+ADMIN_KEY = "dashboard-browser-admin-key-0123456789abcdefghijk"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

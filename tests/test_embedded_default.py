@@ -23,7 +23,7 @@ from aio.settings import TIER_ORDER, ConfigError, load_settings
 from tests.servers import aio_command, server_env, start_server
 
 PARIS = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
-ADMIN = "test-admin-key"
+ADMIN = "test-admin-key-0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def require_smollm2():
@@ -83,7 +83,8 @@ def test_a_server_without_the_wheel_says_so_in_v1_models(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "find_smollm2", lambda: None)
     for name in [k for k in os.environ if k.startswith("AIO_")]:
         monkeypatch.delenv(name)
-    settings = load_settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'aio.db'}", monitor_mode="off")
+    settings = load_settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'aio.db'}", monitor_mode="off",
+                             open_endpoint=True)
     with TestClient(create_app(settings, admin_key=ADMIN)) as client:
         models = client.get("/v1/models").json()["data"]
     assert [m["id"] for m in models] == ["auto", *TIER_ORDER]

@@ -90,9 +90,11 @@ class MemoryStore:
     def offsets(self):
         return dict(self.current)
 
-    def apply(self, change, offsets):
+    def shift(self, change, max_offset):
         self.changes.append(change)
-        self.current = dict(offsets)
+        offset = self.current.get(change.tier, 0.0) + change.new_offset - change.old_offset
+        self.current[change.tier] = min(max_offset, max(0.0, offset))
+        return dict(self.current)
 
 
 def candidate(i: int, tier: str = "small", answer: str = "4") -> Candidate:

@@ -14,10 +14,10 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.servers import aio_command, server_env, start_server
+from tests.servers import aio_command, create_key, server_env, start_server
 from tests.test_server_api import HELLO, log_rows
 
-ADMIN = "reliability-admin-key"
+ADMIN = "reliability-admin-key-0123456789abcdefghijk"
 SMALL_CONTEXT = 128
 
 
@@ -126,13 +126,16 @@ def test_long_messages_control_characters_and_injection_are_stored_as_data(serve
 
 # ---- keys ------------------------------------------------------------------------------------------------
 
-def test_keys_are_required_checked_and_never_echoed(server):
+def test_keys_are_required_checked_and_never_echoed(tmp_path, checkpoint_dir):
+    database_url = f"sqlite:///{tmp_path / 'aio.db'}"
+    first = create_key(tmp_path, database_url, "first")
+    server = start_server(tiny_config(tmp_path / "aio.toml", checkpoint_dir("llama")), tmp_path, database_url,
+                          admin_key=ADMIN, AIO_OPEN_ENDPOINT="false")
     admin = {"Authorization": f"Bearer {ADMIN}"}
-    created = httpx.post(server.base_url + "/admin/keys", json={"name": "reliability"}, headers=admin).json()
-    key = created["key"]
+    chat = {"model": "small", "messages": HELLO, "max_tokens": 1}
     try:
-        time.sleep(2.2)  # the open-endpoint check is cached for 2 s
-        chat = {"model": "small", "messages": HELLO, "max_tokens": 1}
+        created = httpx.post(server.base_url + "/admin/keys", json={"name": "reliability"}, headers=admin).json()
+        key = created["key"]
         assert httpx.post(server.api_url + "/chat/completions", json=chat).status_code == 401
         wrong = "aio-" + "A" * 43
         response = httpx.post(server.api_url + "/chat/completions", json=chat,
@@ -142,13 +145,28 @@ def test_keys_are_required_checked_and_never_echoed(server):
         assert httpx.post(server.api_url + "/chat/completions", json=chat, headers=user).status_code == 200
         forbidden = httpx.get(server.base_url + "/admin/keys", headers=user)
         assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "insufficient_permissions"
-        listed = httpx.get(server.base_url + "/admin/keys", headers=admin).text
-        assert key not in listed and created["prefix"] in listed
+        listed = httpx.get(server.base_url + "/admin/keys", headers=admin)
+        assert key not in listed.text and created["prefix"] in listed.text
+        assert listed.headers["cache-control"] == "no-store"
         assert key not in httpx.get(server.base_url + "/metrics").text
-        assert key not in server.output() and wrong not in server.output() and ADMIN not in server.output()
+        # revoking every key closes the endpoint to everyone: it never reopens on its own
+        for key_id in [k["id"] for k in listed.json()["data"]]:
+            assert httpx.delete(f"{server.base_url}/admin/keys/{key_id}", headers=admin).status_code == 200
+        assert httpx.post(server.api_url + "/chat/completions", json=chat, headers=user).status_code == 401
+        assert httpx.post(server.api_url + "/chat/completions", json=chat).status_code == 401
+        anonymous = {"Authorization": f"Bearer {first}"}
+        assert httpx.post(server.api_url + "/chat/completions", json=chat, headers=anonymous).status_code == 401
     finally:
-        httpx.delete(f"{server.base_url}/admin/keys/{created['id']}", headers=admin)
-        time.sleep(2.2)
+        server.stop()
+    assert key not in server.output() and wrong not in server.output() and ADMIN not in server.output()
+
+
+def test_failed_admin_checks_are_throttled_per_address(server):
+    wrong = {"Authorization": "Bearer not-the-admin-key"}
+    statuses = [httpx.get(server.base_url + "/admin/keys", headers=wrong).status_code for _ in range(12)]
+    assert statuses[:10] == [401] * 10 and statuses[10:] == [429, 429]
+    refused = httpx.get(server.base_url + "/admin/keys", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1  # even the right key, for now
 
 
 # ---- disconnects and shutdown ----------------------------------------------------------------------------

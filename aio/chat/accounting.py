@@ -22,6 +22,8 @@ NO_PRICES = Prices(0.0, 0.0)
 
 
 class RequestLog(Protocol):
+    def begin(self, record: RequestRecord) -> None: ...
+
     def submit(self, record: RequestRecord) -> None: ...
 
 
@@ -44,10 +46,19 @@ class Accounting:
     def rejected(self, body: ChatCompletionRequest, ctx: RequestContext, error: APIError) -> None:
         self._submit(RequestRecord(
             request_id=ctx.request_id, status="rejected", created_at=ctx.created_at, key_id=ctx.key_id,
-            user=body.user, prompt=self._redact(json.dumps([m.model_dump() for m in body.messages])),
+            user=body.user, prompt=self._redact(_bounded(json.dumps([m.model_dump() for m in body.messages]))),
             latency_ms=(time.perf_counter() - ctx.arrived) * 1000, stream=bool(body.stream),
             num_choices=body.n or 1, http_status=error.status_code, error=error.message))
         self.metrics.requests.labels("none", "none", "rejected").inc()
+        _done(ctx, 0)
+
+    def begun(self, chat: PreparedChat) -> None:
+        """Journals the request before its first token: a crash from here on still leaves its row."""
+        state = GenerationState.for_chat(chat)
+        try:
+            self.log.begin(self._record(chat, state, self.costs(chat, state), 0.0))
+        except Exception:  # never fail the request over its log line
+            logger.exception("request %s could not be journaled", chat.ctx.request_id)
 
     def finished(self, chat: PreparedChat, state: GenerationState) -> None:
         latency_s = time.perf_counter() - chat.ctx.arrived
@@ -57,6 +68,7 @@ class Accounting:
         if self.monitor is not None and state.status == "ok" and chat.decision is not None and chat.options is None:
             self._offer(chat, state.choices[0].text)
         self._submit(self._record(chat, state, costs, latency_s))
+        _done(chat.ctx, state.prompt_tokens(chat) + state.completion_tokens)
 
     def _observe(self, chat: PreparedChat, state: GenerationState, costs: tuple[float, float],
                  latency_s: float) -> None:
@@ -119,3 +131,19 @@ class Accounting:
 
     def _redact(self, text: str | None) -> str | None:
         return text if self.log_prompts else None
+
+
+def _done(ctx: RequestContext, tokens: int) -> None:
+    if ctx.on_done is not None:
+        on_done, ctx.on_done = ctx.on_done, None
+        on_done(tokens)
+
+
+MAX_REJECTED_PROMPT_CHARS = 8192  # a refused request's prompt is stored cut to this (it may be megabytes)
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_REJECTED_PROMPT_CHARS:
+        return text
+    cut = len(text) - MAX_REJECTED_PROMPT_CHARS
+    return text[:MAX_REJECTED_PROMPT_CHARS] + f"… [{cut} more characters not stored]"

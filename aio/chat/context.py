@@ -5,7 +5,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from aio.api.schemas import ChatCompletionRequest
 from aio.db.records import utcnow
@@ -21,6 +21,7 @@ class RequestContext:
     key_id: int | None = None
     arrived: float = field(default_factory=time.perf_counter)
     created_at: datetime = field(default_factory=utcnow)
+    on_done: Callable[[int], None] | None = None  # called once with the tokens used when the request ends
 
 
 @dataclass
@@ -36,6 +37,8 @@ class PreparedChat:
     params: list[SamplingParams]  # one per choice
     options: ChatOptions | None = None  # tools and output format; None: plain text chat
     created: int = field(default_factory=lambda: int(time.time()))
+    priority: int = 0  # engine priority (lower first): raised for a key with many sequences in flight
+    queue_slot: tuple[str, int] | None = None  # (tier, key id) whose sequences in flight this request counts in
 
     @property
     def response_id(self) -> str:

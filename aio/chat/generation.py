@@ -23,7 +23,7 @@ async def generate(chat: PreparedChat, state: GenerationState,
         request_id = chat.ctx.request_id if len(chat.params) == 1 else f"{chat.ctx.request_id}-{index}"
         try:
             async for chunk in chat.tier.stream_chat(chat.messages, chat.params[index], request_id,
-                                                     options=chat.options):
+                                                     options=chat.options, priority=chat.priority):
                 await queue.put((index, chunk))
             await queue.put((index, None))
         except BaseException as exc:  # handed to the consumer, which re-raises it

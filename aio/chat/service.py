@@ -24,6 +24,9 @@ from tiers.pool import ChatChunk, Tier, TierPool
 from tiers.tools.options import ChatOptions
 
 QUEUE_FULL_RETRY_AFTER_S = 1.0
+MAX_CHARS_PER_TOKEN = 32  # no tokenizer's token is longer: more characters than this per context token cannot fit
+CLASSIFIER_MAX_CHARS = 32_768  # the classifier reads at most this much of a prompt (its features cut earlier)
+MAX_LIVE_PRIORITY = 9  # quality-monitor replays run at 10, behind all live traffic
 
 
 class ChatService:
@@ -43,6 +46,7 @@ class ChatService:
         prices = {name: t.prices for name, t in tier_settings.items()}
         self.accounting = Accounting(router, prices, prices[pool.tiers[-1].name], log, metrics, log_prompts)
         self._in_flight = 0  # opened and not finished
+        self._key_sequences: dict[tuple[str, int], int] = {}  # (tier, key id) -> sequences opened, not finished
 
     @property
     def prices(self) -> dict[str, Prices]:
@@ -78,6 +82,7 @@ class ChatService:
     async def _prepare(self, body: ChatCompletionRequest, ctx: RequestContext) -> PreparedChat:
         reject_unsupported(body)
         messages = normalize_messages(body.messages)
+        self._refuse_oversized(messages)
         options = chat_options(body)
         max_tokens = body.max_completion_tokens or body.max_tokens
         if body.top_logprobs is not None and not body.logprobs:
@@ -88,15 +93,39 @@ class ChatService:
                                 "retry later", code="server_busy", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
         selection = await self.tiers.select(decision, messages, max_tokens, options)
         tier = selection.tier
-        if tier.load().num_waiting >= self.max_queue.get(tier.name, 256):
-            raise APIError(429, f"tier {tier.name} has too many queued requests; retry later", code="queue_full",
-                           retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+        priority = self._admit_to_queue(tier, ctx.key_id, body.n or 1)
         if options is not None:
             await _check_options(tier, options)
         max_tokens = max_tokens or tier.max_model_len - selection.num_prompt_tokens
         params = [sampling_params(body, max_tokens, i) for i in range(body.n or 1)]
         return PreparedChat(ctx, body, messages, tier, selection.decision, body.aio_quality,
-                            selection.num_prompt_tokens, params, options)
+                            selection.num_prompt_tokens, params, options, priority=priority)
+
+    def _admit_to_queue(self, tier: Tier, key_id: int | None, num_sequences: int) -> int:
+        """Fair queuing: each of the `n` sequences counts against the tier's max_queue, one key may hold at most
+        half of it, and a key's engine priority drops as its sequences in flight grow (others go first).
+        Returns the engine priority; raises 429 when there is no room."""
+        max_queue = self.max_queue.get(tier.name, 256)
+        if tier.load().num_waiting + num_sequences > max_queue:
+            raise APIError(429, f"tier {tier.name} has too many queued requests; retry later", code="queue_full",
+                           retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+        if key_id is None:
+            return 0
+        held = self._key_sequences.get((tier.name, key_id), 0)
+        if held and held + num_sequences > max(1, max_queue // 2):
+            raise APIError(429, f"this API key has {held} sequences in flight on tier {tier.name}, its fair share "
+                                "of the queue; retry when some finish", code="queue_share_exceeded",
+                           retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+        return min(MAX_LIVE_PRIORITY, held)  # each sequence the key has in flight puts it one step behind
+
+    def _refuse_oversized(self, messages: list[dict[str, str]]) -> None:
+        """A prompt no tier could hold is refused before anything tokenizes its megabytes."""
+        num_chars = sum(len(str(m.get("content") or "")) for m in messages)
+        largest = max(t.max_model_len for t in self.pool)
+        if num_chars > largest * MAX_CHARS_PER_TOKEN:
+            raise APIError(400, f"the messages have {num_chars} characters, more than any tier's context "
+                                f"({largest} tokens) can hold; shorten the messages", param="messages",
+                           code="context_length_exceeded")
 
     def _structured_floor(self, decision: RoutingDecision, options: ChatOptions | None) -> RoutingDecision:
         """A routed request with tools or a JSON format goes at least to `structured_min_tier`, when set."""
@@ -110,7 +139,8 @@ class ChatService:
         """`auto`: the classifier's choice; otherwise the tier the model names."""
         if body.model == "auto":
             classifier = self.router.classifier  # may be swapped meanwhile: decide with the one that scored
-            proba = await self.classifier_batcher.predict(classifier, messages_to_text(messages))
+            text = messages_to_text(messages)[:CLASSIFIER_MAX_CHARS]
+            proba = await self.classifier_batcher.predict(classifier, text)
             return self.router.decide(proba, body.aio_quality, classifier)
         tier = self.pool.find(body.model)
         if tier is None:
@@ -126,6 +156,8 @@ class ChatService:
         and the request falls back to the next larger tier that is up; past `queue_timeout_s` without a first
         chunk the request is refused (503), not served late. Raises APIError (the request is logged)."""
         self._in_flight += 1
+        self._hold_sequences(chat, +1)
+        self.accounting.begun(chat)
         while True:
             state = GenerationState.for_chat(chat)
             chunks = generate(chat, state, self.metrics)
@@ -196,7 +228,21 @@ class ChatService:
 
     def _finish(self, chat: PreparedChat, state: GenerationState) -> None:
         self._in_flight -= 1
+        self._hold_sequences(chat, -1)
         self.accounting.finished(chat, state)
+
+    def _hold_sequences(self, chat: PreparedChat, sign: int) -> None:
+        """Counts the key's sequences in flight on the tier it was admitted to (kept through a fallback)."""
+        if chat.ctx.key_id is None:
+            return
+        if sign > 0:
+            chat.queue_slot = (chat.tier.name, chat.ctx.key_id)
+        slot = chat.queue_slot
+        held = self._key_sequences.get(slot, 0) + sign * len(chat.params)
+        if held > 0:
+            self._key_sequences[slot] = held
+        else:
+            self._key_sequences.pop(slot, None)
 
 
 async def _chunks(opened: Opened) -> AsyncIterator[tuple[int, ChatChunk]]:

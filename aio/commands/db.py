@@ -18,8 +18,7 @@ def upgrade(config: Path | None = ConfigOption,
     from aio.db.database import safe_url
 
     with database(config, ensure_schema=False) as engine:
-        before = migrate.current_revision(engine)
-        after = migrate.upgrade(engine, revision)
+        before, after = migrate.upgrade_from(engine, revision)
         where = safe_url(engine.url)
     if before == after:
         typer.echo(f"{where}: already at revision {after}")

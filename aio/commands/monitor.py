@@ -64,6 +64,7 @@ class Outcome:
 
 
 async def _run(settings, engine, window, poll_interval: float, once: bool) -> Outcome:
+    from aio.db.leases import holder_name
     from aio.monitoring import SqlVerdictStore, build_monitor, unverified_candidates
     from aio.routing import registry
     from aio.settings import REFERENCE_TIER
@@ -79,7 +80,8 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> Ou
         tier_settings, random_weights = embedded.tiers[REFERENCE_TIER], embedded.random_weights
     reference = await asyncio.to_thread(build_tier, REFERENCE_TIER, tier_settings, random_weights)
     store = SqlVerdictStore(engine, store_text=settings.log_prompts, demo_tiers=not settings.tiers)
-    quality_monitor = build_monitor(settings, reference, tier_settings.prices, store)
+    quality_monitor = build_monitor(settings, reference, tier_settings.prices, store,
+                                    holder=holder_name("aio-monitor"))
     quality_monitor.start()
     seen: set[str] = set()
     pending = 0
@@ -98,6 +100,7 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> Ou
                 quality_monitor.offer(candidate)
             if once:
                 await quality_monitor.drain()
+                await asyncio.to_thread(quality_monitor.central.step)  # count the new verdicts if it leads
                 stats = quality_monitor.stats
                 return Outcome(sum(stats.verdicts.values()), pending, stats.offered, sum(stats.sampled.values()),
                                dict(stats.dropped), settings)

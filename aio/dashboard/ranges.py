@@ -49,6 +49,9 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+MIN_YEAR, MAX_YEAR = 1970, 9000  # moments outside cannot be widened to whole days or compared safely
+
+
 def _midnight(day: date) -> datetime:
     return datetime.combine(day, time(0), tzinfo=timezone.utc)
 
@@ -59,11 +62,16 @@ def _parse_moment(text: str, param: str, is_end: bool) -> datetime:
     try:
         if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
             day = date.fromisoformat(value)
+            if not MIN_YEAR <= day.year <= MAX_YEAR:
+                raise ValueError("out of range")
             return _midnight(day + timedelta(days=1) if is_end else day)
         moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace(" ", "T"))
-    except ValueError:
+        if not MIN_YEAR <= moment.year <= MAX_YEAR:
+            raise ValueError("out of range")
+    except (ValueError, OverflowError):
         raise invalid_request(f"invalid {param} {text!r}: use an ISO 8601 date (2025-03-01) or date-time "
-                              "(2025-03-01T12:00:00Z)", param, "invalid_value") from None
+                              f"(2025-03-01T12:00:00Z) between the years {MIN_YEAR} and {MAX_YEAR}", param,
+                              "invalid_value") from None
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 

@@ -3,7 +3,9 @@
 A key is "aio-" + 43 random URL-safe characters (256 bits). The table keeps its first 12 characters (`prefix`,
 to find the row) and its SHA-256; with that much entropy a plain hash is enough (no slow KDF needed), and the
 plaintext is never stored. Lookups are cached for a few seconds, so a revoked key stops working everywhere within
-`cache_ttl_s` (at once in the process that revoked it).
+`cache_ttl_s` (at once in the process that revoked it). While the database is unreachable, a key seen before is
+still accepted from the cache however old the entry (requests keep being served through an outage); a key never
+seen cannot be checked (DatabaseError).
 """
 from __future__ import annotations
 
@@ -42,6 +44,9 @@ class ApiKeyInfo:
     created_at: datetime
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None  # updated at most once a minute
+    rpm_limit: int | None = None  # requests per minute (per replica); None: no limit
+    tpm_limit: int | None = None  # tokens per minute (per replica)
+    max_streams: int | None = None  # requests in flight at once (per replica)
 
     @property
     def active(self) -> bool:
@@ -58,7 +63,22 @@ def hash_key(key: str) -> str:
 
 def _info(row: ApiKey) -> ApiKeyInfo:
     return ApiKeyInfo(id=row.id, name=row.name, prefix=row.prefix, role=row.role, created_at=row.created_at,
-                      revoked_at=row.revoked_at, last_used_at=row.last_used_at)
+                      revoked_at=row.revoked_at, last_used_at=row.last_used_at, rpm_limit=row.rpm_limit,
+                      tpm_limit=row.tpm_limit, max_streams=row.max_streams)
+
+
+@dataclass(frozen=True)
+class KeyLimits:
+    """Per-key limits; None: no limit."""
+    rpm_limit: int | None = None
+    tpm_limit: int | None = None
+    max_streams: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("rpm_limit", "tpm_limit", "max_streams"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer (or unset), got {value!r}")
 
 
 class KeyStore:
@@ -72,8 +92,10 @@ class KeyStore:
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, tuple[ApiKeyInfo, str] | None]] = {}  # prefix -> (expiry, row or None)
         self._last_touch: dict[int, float] = {}
+        self._stale: dict[str, tuple[ApiKeyInfo, str]] = {}  # prefix -> the last row seen, for database outages
+        self._db_down_until = 0.0  # after a failed lookup, stale entries are used without asking until then
 
-    def create(self, name: str, role: str = "user") -> tuple[ApiKeyInfo, str]:
+    def create(self, name: str, role: str = "user", limits: KeyLimits = KeyLimits()) -> tuple[ApiKeyInfo, str]:
         """A new key named `name`; returns its info and the plaintext key, which cannot be recovered later."""
         name = name.strip()
         if not name:
@@ -87,7 +109,8 @@ class KeyStore:
                 key = KEY_START + secrets.token_urlsafe(32)
                 if session.scalar(sa.select(ApiKey.id).where(ApiKey.prefix == key[:PREFIX_LENGTH])) is None:
                     break
-            row = ApiKey(name=name, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key), role=role, created_at=utcnow())
+            row = ApiKey(name=name, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key), role=role, created_at=utcnow(),
+                         rpm_limit=limits.rpm_limit, tpm_limit=limits.tpm_limit, max_streams=limits.max_streams)
             session.add(row)
             session.flush()
             info = _info(row)
@@ -126,6 +149,22 @@ class KeyStore:
         self._forget(prefixes)
         return bool(rows)
 
+    def update_limits(self, key: int | str, changes: dict[str, int | None]) -> ApiKeyInfo | None:
+        """Set some of rpm_limit / tpm_limit / max_streams (None: no limit) on the active key with this id or name;
+        None if there is none. Servers see the change within `cache_ttl_s`."""
+        KeyLimits(**changes)  # validates
+        match = ApiKey.id == key if isinstance(key, int) else ApiKey.name == key
+        with self._sessions.begin() as session:
+            row = session.scalar(sa.select(ApiKey).where(match, ApiKey.revoked_at.is_(None)))
+            if row is None:
+                return None
+            for name, value in changes.items():
+                setattr(row, name, value)
+            session.flush()
+            info = _info(row)
+        self._forget([info.prefix])
+        return info
+
     def count_active(self, role: str | None = "user") -> int:
         """Unrevoked keys with `role` (None: any role)."""
         query = sa.select(sa.func.count()).select_from(ApiKey).where(ApiKey.revoked_at.is_(None))
@@ -138,29 +177,45 @@ class KeyStore:
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(prefix)
+            stale = self._stale.get(prefix)
         if cached is not None and cached[0] > now:
             return cached[1]
+        if stale is not None and now < self._db_down_until:
+            return stale  # the database failed a moment ago: do not wait for it on every request
         try:
             with self._sessions() as session:
                 row = session.scalar(sa.select(ApiKey).where(ApiKey.prefix == prefix))
                 found = (_info(row), row.key_hash) if row is not None else None
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            self._db_down_until = time.monotonic() + self._cache_ttl_s
+            if stale is not None:
+                logger.warning("the database is unreachable: API key %s accepted from the cache", prefix)
+                return stale
             raise DatabaseError(f"cannot check the API key: the database {safe_url(self._engine.url)} "
                                 f"is unreachable ({exc.orig})") from exc
         with self._lock:
             if len(self._cache) >= _MAX_CACHED:  # e.g. a flood of made-up keys
                 self._cache.clear()
+            if len(self._stale) >= _MAX_CACHED:
+                self._stale.clear()
             self._cache[prefix] = (now + self._cache_ttl_s, found)
+            if found is not None:
+                self._stale[prefix] = found
+            else:
+                self._stale.pop(prefix, None)
         return found
 
     def _forget(self, prefixes: builtins.list[str]) -> None:
         with self._lock:
             for prefix in prefixes:
                 self._cache.pop(prefix, None)
+                self._stale.pop(prefix, None)
 
     def _touch(self, key_id: int) -> None:
         """Record the key's use, at most once per `touch_interval_s` (per process); failures are not fatal."""
         now = time.monotonic()
+        if now < self._db_down_until:
+            return
         with self._lock:
             last = self._last_touch.get(key_id)
             if last is not None and now - last < self._touch_interval_s:
@@ -170,4 +225,5 @@ class KeyStore:
             with self._engine.begin() as connection:
                 connection.execute(sa.update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=utcnow()))
         except sa.exc.SQLAlchemyError as exc:
+            self._db_down_until = time.monotonic() + self._cache_ttl_s
             logger.warning("could not record the use of API key %d: %s", key_id, exc)

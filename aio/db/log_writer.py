@@ -5,10 +5,13 @@ request_id, and the daily roll-ups (`aio.db.rollups`) grow by the rows that the 
 A batch retried after an ambiguous commit (the connection died while committing) therefore stores and counts every
 request once.
 
-While the database is unreachable the records stay queued (in memory, without bound) and the batch is retried with
-exponential backoff; nothing is dropped. The one exception is a record refused for its own content (a constraint or
-data error that it raises alone): isolated from its batch, it is logged with its request id and dropped, so that
-one bad record cannot stop the log.
+While the database is unreachable the records stay queued (in memory up to `max_buffer`, then in the spill file)
+and the batch is retried with exponential backoff; nothing is dropped. The one exception is a record refused for
+its own content (a constraint or data error that it raises alone): isolated from its batch, it is logged with its
+request id and dropped, so that one bad record cannot stop the log.
+
+With a journal (`aio.db.journal`) every request is also on local disk from its start (`begin`) until the database
+holds it, so a crash loses nothing.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from aio.db.database import safe_url
+from aio.db.journal import Journal
 from aio.db.models import Request
 from aio.db.records import RequestRecord
 from aio.db.rollups import rollup_upserts, rollup_values
@@ -58,7 +62,7 @@ class LogWriter:
 
     def __init__(self, engine: Engine, batch_size: int = 256, flush_interval_s: float = 0.5, *,
                  retry_initial_s: float = 0.1, retry_max_s: float = 5.0, max_buffer: int = 10_000,
-                 spill_dir: Path | None = None) -> None:
+                 spill_dir: Path | None = None, journal: bool = False, replica: str | None = None) -> None:
         if engine.dialect.name not in _INSERTS:
             raise ValueError(f"the SQL log supports {sorted(_INSERTS)}, not {engine.dialect.name!r}")
         if batch_size < 1 or flush_interval_s <= 0:
@@ -86,8 +90,14 @@ class LogWriter:
         self._max_buffer = max_buffer  # records kept in memory; beyond, they go to the spill file (if any)
         self._spill = SpillFile(spill_dir) if spill_dir is not None else None
         self._num_spilled = 0  # records in the spill file, counted as pending
+        self.replica = replica  # stamped on records that do not name one
         if self._spill is not None:
             self._queue.extend(self._spill.adopt_orphans())
+        self._journal = Journal(spill_dir) if journal and spill_dir is not None else None
+        if self._journal is not None:
+            recovered = self._journal.adopt_orphans()
+            self._queue.extend(recovered)
+            self._submitted += len(recovered)
 
     # --- the caller's side ------------------------------------------------------------------------------------
 
@@ -97,11 +107,20 @@ class LogWriter:
                 self._thread = threading.Thread(target=self._run, name="aio-log-writer", daemon=True)
                 self._thread.start()
 
+    def begin(self, record: RequestRecord) -> None:
+        """Journal a request that starts generating (no-op without a journal): if the process dies before it is
+        submitted, the next writer on this folder logs it as interrupted."""
+        if self._journal is not None:
+            self._journal.begin(self._stamped(record))
+
     def submit(self, record: RequestRecord) -> None:
         """Queue `record` for writing. Thread-safe; returns at once. RuntimeError once `close()` was called."""
+        record = self._stamped(record)
         with self._cond:
             if self._stopping:
                 raise RuntimeError(f"the log writer is closed; request {record.request_id} cannot be logged")
+            if self._journal is not None:
+                self._journal.end(record)
             self._submitted += 1
             if self._spill is not None and len(self._queue) >= self._max_buffer:
                 self._spill.append(record)  # the database has been away long: keep memory bounded
@@ -137,10 +156,18 @@ class LogWriter:
                 self._abandon.set()
                 thread.join(1.0)
         lost = self.pending
+        if self._journal is not None:
+            self._journal.close()  # a file with unwritten requests stays for the next start
         if lost:
-            logger.error("the SQL log could not write %d request record(s) to %s within %g s; they are lost",
-                         lost, safe_url(self._engine.url), timeout)
+            kept = " (kept in the journal for the next start)" if self._journal is not None else "; they are lost"
+            logger.error("the SQL log could not write %d request record(s) to %s within %g s%s",
+                         lost, safe_url(self._engine.url), timeout, kept)
         return lost == 0
+
+    def _stamped(self, record: RequestRecord) -> RequestRecord:
+        if record.replica is None and self.replica is not None:
+            record.replica = self.replica
+        return record
 
     @property
     def pending(self) -> int:
@@ -207,6 +234,8 @@ class LogWriter:
                     break
                 delay = min(delay * 2, self._retry_max_s)
                 continue
+            if self._journal is not None:
+                self._journal.done([record.request_id for record in batch])
             self._on_success(len(batch), inserted)
             return True
         return False
@@ -219,6 +248,8 @@ class LogWriter:
                     return False
             return True
         logger.error("the SQL log dropped request %s, which the database refuses: %s", batch[0].request_id, exc)
+        if self._journal is not None:
+            self._journal.done([batch[0].request_id])
         with self._cond:
             self._dropped += 1
             self._finish(1)

@@ -22,6 +22,8 @@ MIGRATIONS_DIR = Path(migrations.__file__).parent
 # Alembic's INFO lines (context impl, each revision run) are noise in CLI output and the server log; callers say
 # what was migrated themselves (`aio db upgrade`).
 logging.getLogger("alembic").setLevel(logging.WARNING)
+# Any fixed number: processes migrating the same PostgreSQL at once take turns on this advisory lock.
+PG_MIGRATION_LOCK = 0x41494F  # "AIO"
 T = TypeVar("T")
 
 
@@ -81,6 +83,19 @@ def upgrade(url_or_engine: str | Engine, revision: str = "head") -> str | None:
     def run(connection: Connection) -> str | None:
         command.upgrade(_config(connection), revision)
         return MigrationContext.configure(connection).get_current_revision()
+
+    return _with_connection(url_or_engine, run, write=True)
+
+
+def upgrade_from(url_or_engine: str | Engine, revision: str = "head") -> tuple[str | None, str | None]:
+    """Like `upgrade`, returning (revision before, revision after). On PostgreSQL "before" is read once this
+    process holds the migration lock, so of several concurrent runs only the one that migrated reports a change."""
+    def run(connection: Connection) -> tuple[str | None, str | None]:
+        if connection.dialect.name == "postgresql":
+            connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK})
+        before = MigrationContext.configure(connection).get_current_revision()
+        command.upgrade(_config(connection), revision)
+        return before, MigrationContext.configure(connection).get_current_revision()
 
     return _with_connection(url_or_engine, run, write=True)
 

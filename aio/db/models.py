@@ -77,6 +77,7 @@ class Request(Base):
     num_choices: Mapped[int] = mapped_column(default=1)
     http_status: Mapped[int] = mapped_column(default=200)
     error: Mapped[str | None] = mapped_column(sa.Text)
+    replica: Mapped[str | None] = mapped_column(sa.String)  # the server that answered (settings.replica)
 
 
 class Verification(Base):
@@ -121,6 +122,7 @@ class ClassifierVersion(Base):
                                         server_default="candidate")  # candidate | active | rejected | retired
     data_counts: Mapped[dict[str, Any] | None]  # training examples by source, held-out size
     parent_version: Mapped[str | None] = mapped_column(sa.String)  # the version it was evaluated against
+    model_blob: Mapped[bytes | None] = mapped_column(sa.LargeBinary)  # the saved folder, tar.gz: any replica loads it
 
 
 class RouterSettings(Base):
@@ -215,6 +217,19 @@ class ApiKey(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
+    rpm_limit: Mapped[int | None]  # requests per minute (per replica); None: no limit
+    tpm_limit: Mapped[int | None]  # prompt + completion tokens per minute (per replica)
+    max_streams: Mapped[int | None]  # requests in flight at once (per replica)
+
+
+class Lease(Base):
+    """A named lease one process holds until `expires_at_s` (Unix time) unless it renews it: e.g. the one quality
+    monitor controller of a deployment."""
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    holder: Mapped[str] = mapped_column(sa.String)
+    expires_at_s: Mapped[float]
 
 
 class DashboardSession(Base):

@@ -39,3 +39,4 @@ class RequestRecord:
     num_choices: int = 1
     http_status: int = 200
     error: str | None = None
+    replica: str | None = None  # the server that answered (settings.replica)

@@ -18,16 +18,24 @@ logger = logging.getLogger(__name__)
 _FIELDS = {f.name for f in fields(RequestRecord)}
 
 
-def _encode(record: RequestRecord) -> str:
+def encode_record(record: RequestRecord) -> dict:
     data = asdict(record)
     data["created_at"] = record.created_at.isoformat()
-    return json.dumps(data, ensure_ascii=False)
+    return data
+
+
+def decode_record(data: dict) -> RequestRecord:
+    data = {k: v for k, v in data.items() if k in _FIELDS}
+    data["created_at"] = datetime.fromisoformat(data["created_at"])
+    return RequestRecord(**data)
+
+
+def _encode(record: RequestRecord) -> str:
+    return json.dumps(encode_record(record), ensure_ascii=False)
 
 
 def _decode(line: str) -> RequestRecord:
-    data = {k: v for k, v in json.loads(line).items() if k in _FIELDS}
-    data["created_at"] = datetime.fromisoformat(data["created_at"])
-    return RequestRecord(**data)
+    return decode_record(json.loads(line))
 
 
 def _alive(pid: int) -> bool:

@@ -7,11 +7,13 @@ the database (`aio retrain` / `aio classifier promote`); else the trained defaul
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
 from aio.routing import registry
+from aio.routing.model_store import ModelStoreError, unpack
 from aio.routing.router import Classifier
 
 logger = logging.getLogger(__name__)
@@ -32,8 +34,9 @@ def builtin_classifier() -> Classifier:
         return classifier.HeuristicClassifier()
 
 
-def load_version(info: registry.VersionInfo) -> Classifier:
-    """The classifier of a registered version."""
+def load_version(info: registry.VersionInfo, db: Engine | None = None, cache_dir: Path | None = None) -> Classifier:
+    """The classifier of a registered version: the model stored in the database (unpacked into `cache_dir`),
+    else its folder path (which must then be on storage this machine shares)."""
     import classifier
 
     if info.kind == registry.BUILTIN_KIND:
@@ -41,8 +44,15 @@ def load_version(info: registry.VersionInfo) -> Classifier:
             if candidate.version == info.version:
                 return candidate
         raise ClassifierLoadError(f"builtin classifier {info.version!r} is not in this installation")
+    blob = registry.model_blob(db, info.version) if db is not None else None
+    if blob is not None:
+        try:
+            folder = unpack(blob, info.version, cache_dir or Path(tempfile.gettempdir()) / "aio-classifiers")
+        except ModelStoreError as exc:
+            raise ClassifierLoadError(str(exc)) from exc
+        return _load_folder(folder)
     if info.path is None:
-        raise ClassifierLoadError(f"classifier version {info.version!r} has no folder")
+        raise ClassifierLoadError(f"classifier version {info.version!r} has no stored model and no folder")
     return _load_folder(Path(info.path))
 
 
@@ -57,7 +67,7 @@ def _load_folder(path: Path) -> Classifier:
         raise ClassifierLoadError(f"cannot load the classifier in {path}: {exc}") from exc
 
 
-def load_classifier(path: Path | None, db: Engine | None = None) -> Classifier:
+def load_classifier(path: Path | None, db: Engine | None = None, cache_dir: Path | None = None) -> Classifier:
     """The classifier to route with: the folder `path` if given, else the database's active version (see the
     module docstring)."""
     if path is not None:
@@ -67,7 +77,7 @@ def load_classifier(path: Path | None, db: Engine | None = None) -> Classifier:
     active = registry.active_version(db)
     if active is not None:
         try:
-            return load_version(active)
+            return load_version(active, db, cache_dir)
         except ClassifierLoadError as exc:
             logger.error("the active classifier %s does not load (%s): using the shipped default", active.version, exc)
             return builtin_classifier()

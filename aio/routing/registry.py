@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from aio.db.models import ClassifierVersion, RouterSettings, ThresholdChange
 from aio.db.records import utcnow
+from aio.routing.model_store import pack
 
 ROUTER_SETTINGS_ID = 1
 BUILTIN_KIND = "builtin"  # a classifier shipped in the package (no folder): the default or the heuristic
@@ -52,6 +54,12 @@ def list_versions(engine: Engine) -> list[VersionInfo]:
         return [_info(r) for r in rows]
 
 
+def model_blob(engine: Engine, version: str) -> bytes | None:
+    """The version's stored model folder (tar.gz), if the database holds one."""
+    with Session(engine) as session:
+        return session.scalar(sa.select(ClassifierVersion.model_blob).where(ClassifierVersion.version == version))
+
+
 def get_version(engine: Engine, version: str) -> VersionInfo | None:
     with Session(engine) as session:
         row = session.get(ClassifierVersion, version)
@@ -75,11 +83,14 @@ def register(engine: Engine, *, version: str, kind: str, path: str | None, statu
              num_train_examples: int = 0, metrics: dict[str, Any] | None = None,
              data_counts: dict[str, Any] | None = None, parent_version: str | None = None,
              notes: str | None = None, created_at: datetime | None = None) -> None:
-    """Adds a version (a no-op if it is already there); status "active" also promotes it."""
+    """Adds a version (a no-op if it is already there); status "active" also promotes it. The folder at `path` is
+    stored in the database too (see `aio.routing.model_store`), so replicas on other machines can load it."""
+    blob = pack(Path(path)) if path is not None and kind != BUILTIN_KIND and Path(path).is_dir() else None
     with Session(engine) as session, session.begin():
         if session.get(ClassifierVersion, version) is not None:
             return
-        session.add(ClassifierVersion(version=version, kind=kind, path=path, status="candidate", active=False,
+        session.add(ClassifierVersion(version=version, kind=kind, path=path, model_blob=blob, status="candidate",
+                                      active=False,
                                       num_train_examples=num_train_examples, metrics=metrics or {},
                                       data_counts=data_counts, parent_version=parent_version, notes=notes,
                                       created_at=created_at or utcnow()))
@@ -102,8 +113,8 @@ def promote(engine: Engine, version: str) -> VersionInfo:
         row = session.get(ClassifierVersion, version)
         if row is None:
             raise RegistryError(f"no classifier version {version!r} (see `aio classifier list`)")
-        if row.path is None and row.kind != BUILTIN_KIND:
-            raise RegistryError(f"version {version!r} has no saved model folder to load")
+        if row.path is None and row.model_blob is None and row.kind != BUILTIN_KIND:
+            raise RegistryError(f"version {version!r} has no saved model to load")
         _activate(session, version)
     return get_version(engine, version)
 
@@ -169,6 +180,27 @@ def set_router_state(engine: Engine, *, updated_by: str, quality: float | None =
         if quality is not None or offsets is not None:  # the history the dashboard shows
             session.add(ThresholdChange(changed_at=row.updated_at, quality=row.quality, offsets=dict(row.offsets or {}),
                                         updated_by=updated_by, note=note))
+    return router_state(engine)
+
+
+def shift_offset(engine: Engine, tier: str, delta: float, max_offset: float, *, updated_by: str, note: str,
+                 retrain_due_reason: str | None = None) -> RouterState:
+    """Adds `delta` to `tier`'s stored offset (kept in [0, max_offset]) in one transaction that locks the row, so
+    concurrent writers and manual changes compose instead of overwriting each other."""
+    with Session(engine) as session, session.begin():
+        row = session.scalar(sa.select(RouterSettings).where(RouterSettings.id == ROUTER_SETTINGS_ID)
+                             .with_for_update())
+        if row is None:
+            row = RouterSettings(id=ROUTER_SETTINGS_ID, offsets={}, updated_by=updated_by)
+            session.add(row)
+        offsets = {k: float(v) for k, v in (row.offsets or {}).items()}
+        offsets[tier] = round(min(max_offset, max(0.0, offsets.get(tier, 0.0) + delta)), 6)
+        row.offsets = offsets
+        if retrain_due_reason is not None:
+            row.retrain_due_at, row.retrain_due_reason = utcnow(), retrain_due_reason
+        row.updated_at, row.updated_by, row.note = utcnow(), updated_by, note
+        session.add(ThresholdChange(changed_at=row.updated_at, quality=row.quality, offsets=dict(offsets),
+                                    updated_by=updated_by, note=note))
     return router_state(engine)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
@@ -16,12 +17,13 @@ logger = logging.getLogger(__name__)
 
 class RouterWatcher:
     def __init__(self, router: Router, db: Engine, default_quality: float, poll_interval_s: float = 10.0,
-                 pinned: bool = False) -> None:
+                 pinned: bool = False, cache_dir: Path | None = None) -> None:
         self.router = router
         self.db = db
         self.default_quality = default_quality
         self.poll_interval_s = poll_interval_s
         self.pinned = pinned  # classifier_path is set: the classifier never changes at run time
+        self.cache_dir = cache_dir  # where stored models are unpacked
         self._failed_version: str | None = None
 
     def poll_once(self) -> None:
@@ -35,7 +37,7 @@ class RouterWatcher:
         if active is None or active.version == self.router.classifier.version or active.version == self._failed_version:
             return
         try:
-            classifier = load_version(active)
+            classifier = load_version(active, self.db, self.cache_dir)
         except Exception as exc:
             self._failed_version = active.version
             logger.error("cannot switch to classifier %s (%s): %s stays in service", active.version, exc,

@@ -19,6 +19,7 @@ from aio.routing import Router, RouterWatcher, load_classifier
 from aio.server.auth import Authenticator, is_loopback
 from aio.server.body_limit import BodyLimitMiddleware
 from aio.server.errors import install_error_handlers
+from aio.server.no_store import NoStoreMiddleware
 from aio.server.state import AppState
 from aio.settings import REFERENCE_TIER, Settings, TierSettings
 from aio.tier_loader import build_pool
@@ -52,17 +53,24 @@ def _tier_settings(settings: Settings) -> tuple[dict[str, TierSettings], Embedde
     return demo.tiers, demo
 
 
-def _check_bind(keys: KeyStore, bind_host: str) -> None:
-    if not is_loopback(bind_host) and keys.count_active("user") == 0:
-        raise StartupError(f"refusing to listen on {bind_host} without API keys: create one with "
-                           "`aio keys create --name NAME`, or bind to 127.0.0.1")
+def _check_access(keys: KeyStore, bind_host: str, open_endpoint: bool) -> None:
+    """Open mode only on loopback; otherwise at least one key must exist."""
+    if open_endpoint:
+        if not is_loopback(bind_host):
+            raise StartupError(f"open_endpoint = true serves without API keys and is for loopback only; refusing to "
+                               f"listen on {bind_host}: create a key with `aio keys create --name NAME` and turn "
+                               "open_endpoint off")
+        return
+    if keys.count_active(None) == 0:
+        raise StartupError("no API keys: create one with `aio keys create --name NAME`, or serve without keys on "
+                           "loopback with `aio serve --open` (open_endpoint = true)")
 
 
 def preflight(settings: Settings, bind_host: str) -> None:
-    """The checks `aio serve` runs before it starts: database reachable and migrated, keys for a public bind."""
+    """The checks `aio serve` runs before it starts: database reachable and migrated, keys unless open mode."""
     db = _prepare_database(settings)
     try:
-        _check_bind(KeyStore(db), bind_host)
+        _check_access(KeyStore(db), bind_host, settings.open_endpoint)
     finally:
         db.dispose()
 
@@ -70,20 +78,22 @@ def preflight(settings: Settings, bind_host: str) -> None:
 async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState:
     db = await asyncio.to_thread(_prepare_database, settings)
     keys = KeyStore(db)
-    auth = Authenticator(keys, admin_key, bind_host)
-    await asyncio.to_thread(_check_bind, keys, bind_host)
+    auth = Authenticator(keys, admin_key, bind_host, settings.open_endpoint)
+    await asyncio.to_thread(_check_access, keys, bind_host, settings.open_endpoint)
     tier_settings, demo = await asyncio.to_thread(_tier_settings, settings)
     if demo is not None:
         logger.warning("no tiers configured: serving the embedded %s", demo.note)
     pool = await asyncio.to_thread(build_pool, tier_settings, demo is not None and demo.random_weights)
     try:
-        classifier = await asyncio.to_thread(load_classifier, settings.classifier_path, db)
+        cache_dir = settings.home / "classifiers"
+        classifier = await asyncio.to_thread(load_classifier, settings.classifier_path, db, cache_dir)
         router = Router(classifier, [t.name for t in pool], settings.quality)
         watcher = RouterWatcher(router, db, settings.quality, settings.classifier_poll_interval_s,
-                                pinned=settings.classifier_path is not None)
+                                pinned=settings.classifier_path is not None, cache_dir=cache_dir)
         await asyncio.to_thread(watcher.poll_once)
         log_writer = LogWriter(db, batch_size=settings.log_batch_size, flush_interval_s=settings.log_flush_interval_s,
-                               max_buffer=settings.log_buffer_size, spill_dir=settings.home / "log-spill")
+                               max_buffer=settings.log_buffer_size, spill_dir=settings.home / "log-spill",
+                               journal=True, replica=settings.replica)
         log_writer.start()
     except BaseException:
         await pool.aclose()
@@ -155,7 +165,9 @@ def create_app(settings: Settings, bind_host: str = "127.0.0.1", admin_key: str 
 
     app = FastAPI(title="AIO", summary="Adaptive Inference Orchestrator: one OpenAI-compatible chat endpoint",
                   version="0.1.0", lifespan=lifespan)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
+                       body_timeout_s=settings.body_timeout_s)
+    app.add_middleware(NoStoreMiddleware)
     install_error_handlers(app)
     for router in (chat.router, models.router, health.router, admin.router, dashboard.api, dashboard.page):
         app.include_router(router)

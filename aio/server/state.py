@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aio.chat.service import ChatService
 from aio.db.keys import KeyStore
@@ -11,6 +11,7 @@ from aio.db.log_writer import LogWriter
 from aio.metrics import Metrics
 from aio.routing import Classifier, Router
 from aio.server.auth import Authenticator
+from aio.server.key_limits import KeyLimiter
 from aio.settings import Settings, TierSettings
 from tiers.pool import TierPool
 
@@ -31,6 +32,7 @@ class AppState:
     monitor: object | None = None  # quality_monitor.QualityMonitor
     prune_task: asyncio.Task | None = None  # deletes raw rows past raw_retention_days
     demo: EmbeddedDefault | None = None  # the embedded demo tiers, when no tiers are configured
+    limiter: KeyLimiter = field(default_factory=KeyLimiter)  # per-key limits (this replica's share)
 
     @property
     def classifier(self) -> Classifier:

@@ -9,6 +9,7 @@ from aio.api.schemas import ChatCompletionRequest
 from aio.chat.context import RequestContext
 from aio.server.deps import ApiKey, State
 from aio.server.errors import error_response
+from aio.server.key_limits import KeyLimitExceeded
 
 router = APIRouter()
 
@@ -17,6 +18,13 @@ router = APIRouter()
 async def create_chat_completion(body: ChatCompletionRequest, state: State, key: ApiKey):
     ctx = RequestContext(key_id=key.id if key is not None else None)
     headers = {"x-request-id": ctx.request_id}
+    try:
+        admission = state.limiter.admit(key)
+    except KeyLimitExceeded as exc:
+        state.service.accounting.rejected(body, ctx, exc)
+        return error_response(exc, {**headers, **exc.rate_headers})
+    ctx.on_done = admission.finish
+    headers.update(admission.headers)
     try:
         chat = await state.service.prepare(body, ctx)
     except APIError as exc:

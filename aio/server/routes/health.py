@@ -25,27 +25,32 @@ async def health() -> dict:
     return {"status": "ok"}
 
 
-def _check_database(state) -> tuple[bool, str]:
+def _check_database(state) -> tuple[str, str]:
+    """("ok" | "degraded" | "failed", detail). Unreachable is only degraded: requests are still answered and
+    their rows wait in the log's journal. A schema this code does not match is a failure."""
     try:
         with state.db.connect() as connection:
             connection.execute(text("SELECT 1"))
     except Exception as exc:
-        return False, f"unreachable: {type(exc).__name__}"
+        return "degraded", f"unreachable: {type(exc).__name__}; requests are served and logged once it is back"
     try:
-        return (True, "ok") if is_up_to_date(state.db) else (False, "migrations pending: run `aio db upgrade`")
+        return ("ok", "ok") if is_up_to_date(state.db) else ("failed", "schema mismatch: run `aio db upgrade`")
     except Exception as exc:
-        return False, f"cannot read the schema version: {type(exc).__name__}"
+        return "degraded", f"cannot read the schema version: {type(exc).__name__}"
 
 
 @router.get("/ready")
 async def ready(state: State) -> JSONResponse:
-    db_ok, db_detail = await asyncio.to_thread(_check_database, state)
+    """Whether this replica can serve: its tiers are up and its schema matches. A database outage is reported
+    ("degraded") but keeps it ready, so a load balancer does not drain every replica at once."""
+    db_state, db_detail = await asyncio.to_thread(_check_database, state)
     tiers = {t.name: ("ok" if t.is_available() else "unavailable") for t in state.pool}
-    checks = {"database": db_detail, "tiers": tiers,
+    checks = {"database": db_detail, "tiers": tiers, "replica": state.settings.replica,
               "classifier": state.classifier.version,
               "log_writer": dataclasses.asdict(state.log_writer.stats())}
-    ok = db_ok and all(v == "ok" for v in tiers.values())
-    return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks}, status_code=200 if ok else 503)
+    ok = db_state != "failed" and all(v == "ok" for v in tiers.values())
+    status = ("degraded" if db_state == "degraded" else "ready") if ok else "not ready"
+    return JSONResponse({"status": status, "checks": checks}, status_code=200 if ok else 503)
 
 
 @router.get("/metrics")

@@ -1,0 +1,207 @@
+"""Per-key limits and fair queuing on a live server with several keys; oversized prompts; slow clients;
+data at rest."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.servers import aio_command, create_key, server_env, start_server
+from tests.test_server_api import HELLO, log_rows
+
+LONG = {"max_tokens": 900, "stream": True, "ignore_eos": True, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def tenants(tmp_path_factory, checkpoint_dir):
+    home = tmp_path_factory.mktemp("tenants")
+    database_url = f"sqlite:///{home / 'aio.db'}"
+    path = checkpoint_dir("llama", hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4, intermediate_size=512,
+                          max_position_embeddings=1024)
+    config = home / "aio.toml"
+    config.write_text("max_body_bytes = 8388608\nheader_timeout_s = 1.0\nbody_timeout_s = 1.0\n\n" + "".join(
+        f'[tiers.{tier}]\npath = "{path}"\nmax_model_len = 1024\nkv_cache_bytes = {32 << 20}\nmax_num_seqs = 1\n'
+        "max_queue = 8\ninput_price_per_million = 1.0\noutput_price_per_million = 2.0\n\n"
+        for tier in ("small", "large")))
+    keys = {"rpm": create_key(home, database_url, "rpm", "--rpm", "3"),
+            "streams": create_key(home, database_url, "streams", "--max-streams", "1"),
+            "tpm": create_key(home, database_url, "tpm", "--tpm", "10"),
+            "heavy": create_key(home, database_url, "heavy"),
+            "light": create_key(home, database_url, "light")}
+    server = start_server(config, home, database_url, AIO_OPEN_ENDPOINT="false", AIO_MONITOR_MODE="off")
+    server.keys, server.home, server.config = keys, home, config
+    yield server
+    server.stop()
+
+
+def post(server, key: str, **body) -> httpx.Response:
+    return httpx.post(server.api_url + "/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=60,
+                      json={"model": "small", "messages": HELLO, "max_tokens": 2, **body})
+
+
+def open_stream(client: httpx.Client, server, key: str, **body) -> httpx.Response:
+    request = client.build_request("POST", server.api_url + "/chat/completions",
+                                   headers={"Authorization": f"Bearer {key}"},
+                                   json={"model": "small", "messages": HELLO, **LONG, **body})
+    response = client.send(request, stream=True)
+    assert response.status_code == 200, response.read()
+    return response
+
+
+def test_requests_per_minute_per_key_with_openai_headers_and_a_live_update(tenants):
+    keys = tenants.keys
+    answered = [post(tenants, keys["rpm"]) for _ in range(3)]
+    assert [r.status_code for r in answered] == [200] * 3
+    assert answered[0].headers["x-ratelimit-limit-requests"] == "3"
+    assert [r.headers["x-ratelimit-remaining-requests"] for r in answered] == ["2", "1", "0"]
+    refused = post(tenants, keys["rpm"])
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert 1 <= int(refused.headers["retry-after"]) <= 60 and refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert post(tenants, keys["light"]).status_code == 200  # another key is not affected
+    done = subprocess.run(aio_command("keys", "update", "rpm", "--rpm", "0"), capture_output=True, text=True,
+                          env=server_env(tenants.home, tenants.database_url, tenants.admin_key), timeout=60)
+    assert done.returncode == 0 and "no limits" in done.stdout, done.stderr
+    time.sleep(5.5)  # the key cache
+    assert post(tenants, keys["rpm"]).status_code == 200
+
+
+def test_tokens_per_minute_per_key(tenants):
+    first = post(tenants, tenants.keys["tpm"])
+    assert first.status_code == 200 and first.headers["x-ratelimit-limit-tokens"] == "10"
+    refused = post(tenants, tenants.keys["tpm"])  # the first used more than 10 prompt + completion tokens
+    assert refused.status_code == 429 and refused.headers["x-ratelimit-remaining-tokens"] == "0"
+    assert "10 tokens per minute" in refused.json()["error"]["message"]
+
+
+def test_concurrent_streams_per_key(tenants):
+    with httpx.Client(timeout=60) as client:
+        stream = open_stream(client, tenants, tenants.keys["streams"])
+        try:
+            second = post(tenants, tenants.keys["streams"])
+            assert second.status_code == 429 and second.headers["retry-after"] == "1"
+            assert post(tenants, tenants.keys["light"]).status_code == 200
+        finally:
+            stream.close()
+    deadline = time.monotonic() + 20
+    while post(tenants, tenants.keys["streams"]).status_code != 200:
+        assert time.monotonic() < deadline, "the finished stream never gave its slot back"
+        time.sleep(0.2)
+
+
+def test_one_key_cannot_fill_a_tier_queue_and_n_counts_against_it(tenants):
+    """small runs one sequence at a time and queues 8: a key may hold half of that, counted in sequences."""
+    stop = threading.Event()
+
+    def heavy_stream() -> None:
+        heavy = {"Authorization": f"Bearer {tenants.keys['heavy']}"}
+        with httpx.Client(timeout=120) as client, client.stream(
+                "POST", tenants.api_url + "/chat/completions", headers=heavy,
+                json={"model": "small", "messages": HELLO, **LONG, "n": 2}) as response:
+            for _ in response.iter_lines():
+                if stop.is_set():
+                    return
+
+    threads = [threading.Thread(target=heavy_stream, daemon=True) for _ in range(2)]  # 4 sequences
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while waiting(tenants) < 3:  # one runs, three wait
+            assert time.monotonic() < deadline, "the heavy key's sequences never queued"
+            time.sleep(0.05)
+        refused = post(tenants, tenants.keys["heavy"], n=2)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "queue_share_exceeded"
+        light = post(tenants, tenants.keys["light"])
+        assert light.status_code == 200
+        # FIFO would have served it after all three waiting heavy sequences; it went before the two of the heavy
+        # key's second request (admitted with 2 sequences in flight: priority 2), which still wait
+        assert waiting(tenants) >= 1
+        too_many = post(tenants, tenants.keys["light"], n=8)  # 1+ waiting + 8 sequences > max_queue 8
+        assert too_many.status_code == 429 and too_many.json()["error"]["code"] == "queue_full"
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+
+
+def waiting(server, tier: str = "small") -> float:
+    for line in httpx.get(server.base_url + "/metrics").text.splitlines():
+        if line.startswith("vllm:num_requests_waiting{") and f'tier="{tier}"' in line:
+            return float(line.split()[-1])
+    raise AssertionError("no waiting metric")
+
+
+def test_an_oversized_prompt_is_refused_before_tokenizing_and_not_stored_whole(tenants):
+    huge = "lorem ipsum " * 350_000  # 4.2 MB: over any tier's context at any tokenizer
+    refused = httpx.post(tenants.api_url + "/chat/completions", timeout=120,
+                         headers={"Authorization": f"Bearer {tenants.keys['light']}"},
+                         json={"model": "auto", "messages": [{"role": "user", "content": huge}]})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded"
+    assert "characters" in refused.json()["error"]["message"]
+    request_id = refused.headers["x-request-id"]
+    row = log_rows(tenants, [request_id])[request_id]
+    assert row["status"] == "rejected" and len(row["prompt"]) < 10_000 and "more characters not stored" in row["prompt"]
+
+
+def test_slow_headers_and_slow_bodies_are_cut_off(tenants):
+    host, port = tenants.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as slow_headers:
+        slow_headers.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        assert slow_headers.recv(1024) == b""  # closed by the server after header_timeout_s
+    with socket.create_connection((host, int(port)), timeout=10) as slow_body:
+        slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 100\r\n\r\n{\"model\":")
+        answer = b""
+        while chunk := slow_body.recv(4096):  # until the server closes the connection
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 1 s" in answer
+    assert httpx.get(tenants.base_url + "/health").status_code == 200
+
+
+def test_the_home_the_database_and_the_journal_are_private(tenants):
+    from aio.server.data_at_rest import mode
+
+    assert mode(tenants.home) == 0o700
+    assert mode(tenants.home / "aio.db") == 0o600
+    journals = list((tenants.home / "log-spill").glob("journal-*.jsonl"))
+    assert journals and all(mode(p) == 0o600 for p in journals) and mode(tenants.home / "log-spill") == 0o700
+
+
+@pytest.mark.parametrize("start, end", [("9999-12-30", "9999-12-31"), ("9999-12-31T00:00:00", None),
+                                        ("0001-01-01", "0001-01-02")])
+def test_a_custom_dashboard_range_at_the_ends_of_the_calendar_is_a_400(start, end):
+    from aio.api.errors import APIError
+    from aio.dashboard.ranges import parse_range
+
+    with pytest.raises(APIError) as info:
+        parse_range("custom", start, end)
+    assert info.value.status_code == 400 and info.value.param == "start"
+
+
+@pytest.mark.parametrize("admin_key, message", [
+    ("short-admin-key", "the admin key has 15 characters; it needs at least 32"),
+    ("ab" * 20, "the admin key repeats a few characters (2 distinct)"),
+])
+def test_weak_admin_keys_are_refused_at_start(tmp_path, admin_key, message):
+    done = subprocess.run(aio_command("serve", "--port", "1"), capture_output=True, text=True, timeout=120,
+                          env=server_env(tmp_path, f"sqlite:///{tmp_path / 'aio.db'}", admin_key))
+    assert done.returncode == 2 and message in done.stderr and admin_key not in done.stdout + done.stderr
+
+
+def test_a_generated_admin_key_goes_to_a_private_file_not_to_the_output(tmp_path):
+    from aio.server.data_at_rest import mode
+
+    server = start_server(None, tmp_path, f"sqlite:///{tmp_path / 'aio.db'}", admin_key="",
+                          AIO_DEMO_MODEL="random", AIO_MONITOR_MODE="off")
+    try:
+        key_file = tmp_path / "admin-key"
+        key = key_file.read_text().strip()
+        assert mode(key_file) == 0o600 and len(key) >= 32
+        assert httpx.get(server.base_url + "/admin/keys", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    finally:
+        server.stop()
+    assert key not in server.output() and str(key_file) in server.output()
