@@ -80,6 +80,17 @@ class ComplexityClassifier:
 
     # -- inference -------------------------------------------------------------------------------------
 
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) unit-length sentence embeddings from this classifier's encoder."""
+        return self._encoder().encode(list(texts))
+
+    def predict_with_embeddings(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        """(probabilities, embeddings) from one encoder pass; embeddings are None for a fine-tuned encoder."""
+        if self.kind == KIND_FINETUNED:
+            return self.predict_proba(texts), None
+        embeddings = self.embed(list(texts)) if len(texts) else None
+        return self.predict_proba(texts, embeddings=embeddings), embeddings
+
     def predict_proba(self, texts: Sequence[str], *, embeddings: np.ndarray | None = None) -> np.ndarray:
         """(n, n_tiers) probabilities, rows summing to 1. `embeddings` (n, dim) from the same encoder may be
         passed by callers that already computed them (the sklearn head only)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator
 
+import numpy as np
+
 from aio.api.errors import APIError, invalid_request
 from aio.api.schemas import ChatCompletionRequest
 from aio.chat.accounting import Accounting, RequestLog
@@ -15,6 +17,7 @@ from aio.chat.openai_shapes import chunk_body, completion_body, sse, stream_even
 from aio.chat.tier_selection import TierSelector
 from aio.metrics import Metrics
 from aio.routing import ClassifierBatcher, Router, RoutingDecision
+from aio.routing.context_routing import ContextRouting
 from aio.settings import Prices, TierSettings
 from classifier.features import messages_to_text
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
@@ -34,6 +37,7 @@ class ChatService:
         self.max_concurrent_requests = max_concurrent_requests
         self.queue_timeout_s = queue_timeout_s
         self.classifier_batcher = ClassifierBatcher()
+        self.context_routing = ContextRouting()  # conversation stickiness, recent failed verifications
         self.tiers = TierSelector(pool, tier_retry_after_s)
         prices = {name: t.prices for name, t in tier_settings.items()}
         self.accounting = Accounting(router, prices, prices[pool.tiers[-1].name], log, metrics, log_prompts)
@@ -75,12 +79,16 @@ class ChatService:
         max_tokens = body.max_completion_tokens or body.max_tokens
         if body.top_logprobs is not None and not body.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
-        decision = await self._route(body, messages)
+        decision, embedding = await self._route(body, messages)
+        decision, conversation = self.context_routing.adjust(decision, [t.name for t in self.pool], messages=messages,
+                                                             user=body.user, session=ctx.session,
+                                                             owner=str(ctx.key_id or ""), embedding=embedding)
         if self._in_flight >= self.max_concurrent_requests:
             raise APIError(429, f"the server is at its limit of {self.max_concurrent_requests} concurrent requests; "
                                 "retry later", code="server_busy", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
         selection = await self.tiers.select(decision, messages, max_tokens)
         tier = selection.tier
+        self.context_routing.served(conversation, tier.name)
         if tier.load().num_waiting >= self.max_queue.get(tier.name, 256):
             raise APIError(429, f"tier {tier.name} has too many queued requests; retry later", code="queue_full",
                            retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
@@ -89,18 +97,19 @@ class ChatService:
         return PreparedChat(ctx, body, messages, tier, selection.decision, body.aio_quality,
                             selection.num_prompt_tokens, params)
 
-    async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]]) -> RoutingDecision:
-        """`auto`: the classifier's choice; otherwise the tier the model names."""
+    async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]]
+                     ) -> tuple[RoutingDecision, np.ndarray | None]:
+        """`auto`: the classifier's choice (and the text's embedding); otherwise the tier the model names."""
         if body.model == "auto":
             classifier = self.router.classifier  # may be swapped meanwhile: decide with the one that scored
-            proba = await self.classifier_batcher.predict(classifier, messages_to_text(messages))
-            return self.router.decide(proba, body.aio_quality, classifier)
+            proba, embedding = await self.classifier_batcher.score(classifier, messages_to_text(messages))
+            return self.router.decide(proba, body.aio_quality, classifier), embedding
         tier = self.pool.find(body.model)
         if tier is None:
             names = ["auto"] + [t.name for t in self.pool] + [t.model for t in self.pool]
             raise APIError(404, f"the model {body.model!r} does not exist; models: {', '.join(names)}",
                            param="model", code="model_not_found")
-        return RoutingDecision(tier.name, "explicit")
+        return RoutingDecision(tier.name, "explicit"), None
 
     # ---- generation ---------------------------------------------------------------------------------------
 
