@@ -71,9 +71,10 @@ def run_benchmark(name: str, emb, args, grid) -> dict:
 def chat_mix(emb, data_dir=None, chat_weight: float = 5.0):
     """The shipped default's training mix: seed rows (3 tiers) + chat training prompts (weight `chat_weight`);
     returns (inputs, chat row indices, chat set)."""
-    from classifier.seed import build_seed_rows
+    from classifier.seed import CHAT_SOURCE, build_seed_rows
 
-    texts, labels, _ = build_seed_rows(data_dir)
+    rows = [(t, lab) for t, lab, src in zip(*build_seed_rows(data_dir)) if not src.startswith(CHAT_SOURCE)]
+    texts, labels = [t for t, _ in rows], [lab for _, lab in rows]
     chat = load_chat(TRAIN_PATH)
     all_texts = texts + chat.texts
     y = np.concatenate([np.asarray(labels), difficulty_to_tier(chat.difficulty)])
