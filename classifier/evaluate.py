@@ -103,7 +103,8 @@ def evaluate_zeroeval(args, emb) -> dict:
         print(f"  always {name:6s}: accuracy {acc:.3f} ({acc / top:.1%} of large), cost "
               f"{ZEROEVAL_COSTS[t] / ZEROEVAL_COSTS[-1]:.1%}")
     acc, cost = rm.routed_outcome(cheapest_correct(correct), correct, ZEROEVAL_COSTS)
-    print(f"  oracle (cheapest correct): accuracy {acc / top:.1%} of large at {cost / ZEROEVAL_COSTS[-1]:.1%} of its cost")
+    print(f"  oracle (cheapest correct): accuracy {acc / top:.1%} of large at {cost / ZEROEVAL_COSTS[-1]:.1%} of its "
+          "cost")
     rows = rm.cost_accuracy_sweep(oof[0], correct, ZEROEVAL_COSTS, QUALITIES)
     print("     q   accuracy  acc/large  cost/large  small  medium  large   (out-of-fold, first repeat)")
     by_q = {r["quality"]: r for r in rows}

@@ -42,7 +42,9 @@ KIND_FINETUNED = "finetuned"
 KINDS = (KIND_SKLEARN, KIND_FINETUNED)
 HEADS = ("auto", "sklearn", "finetune")
 FINETUNE_AUTO_MAX = 2_000  # head="auto" tries fine-tuning only up to this many texts (CPU time budget)
-KNN_WEIGHT, KNN_K = 0.5, 100  # the kNN head's share of the probabilities and its k (`python -m classifier.select_router`)
+# The kNN head's share of the probabilities and its k: off by default, it lost to the logistic head alone in
+# cross-validation (`python -m classifier.select_router`); `knn_weight=` turns it on.
+KNN_WEIGHT, KNN_K = 0.0, 100
 
 
 class ComplexityClassifier:

@@ -25,7 +25,7 @@ SEED_PATH = Path(__file__).resolve().parent / "seed" / "seed_train.csv.gz"
 WEAK_STRONG_TO_TIER = (0, 2)  # RouteLLM two-tier labels → AIO's three tiers
 HOLDOUT_PERCENT = 15
 CHAT_SOURCE = "chat:"
-CHAT_WEIGHT = 5.0  # weight of a chat row in the default's training (`python -m classifier.select_router --only chat`)
+CHAT_WEIGHT = 20.0  # weight of a chat row in the default's training (`python -m classifier.select_router --only chat`)
 
 csv.field_size_limit(1 << 24)
 

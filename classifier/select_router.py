@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boot", type=int, default=500)
     parser.add_argument("--only", default="gsm8k,mmlu,zeroeval,chat")
     parser.add_argument("--families", default="", help="comma-separated substrings of the grid labels to run")
-    parser.add_argument("--chat-weights", default="1,5,20", type=lambda s: [float(v) for v in s.split(",")])
+    parser.add_argument("--chat-weights", default="1,5,20,50", type=lambda s: [float(v) for v in s.split(",")])
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from classifier.evaluate import Embeddings

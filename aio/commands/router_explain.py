@@ -58,9 +58,7 @@ def explanation(router, proba, quality: float | None, with_context: bool) -> lis
         ok = last or good[tier] >= thresholds[tier] - 1e-9
         shown = "always" if last else f"{thresholds[tier]:.3f}"
         lines.append(f"{tier:7s} {good[tier]:14.3f}  {shown:>9s}  {'yes' if ok else 'no'}")
-    if decision.tier == router.tiers[-1] and len(router.tiers) > 1 and good[decision.tier] < 1 - 1e-9:
-        why = "no smaller tier reaches its threshold, so the largest tier takes it"
-    elif decision.tier == router.tiers[-1] and len(router.tiers) > 1:
+    if decision.tier == router.tiers[-1] and len(router.tiers) > 1:
         why = "no smaller tier reaches its threshold"
     else:
         why = (f"the cheapest tier whose P(good enough) {good[decision.tier]:.3f} reaches its threshold "
