@@ -169,3 +169,71 @@ def test_failure_feed_stores_every_verdict_and_remembers_failures():
     assert len(saved) == 2 and len(routing.failures) == 1
     assert feed.recent_outcomes("small", 5) == [True]  # the wrapped store's other methods pass through
     assert routing.failures.match(unit([1, 0, 0]), "v1", TIERS).min_tier == "medium"
+
+
+# ---- through the chat service --------------------------------------------------------------------------------
+
+
+class TextClassifier:
+    """Large for texts mentioning "design", small otherwise; embeddings: a one-hot of the first word's length."""
+    version = "text-1"
+
+    def predict_with_embeddings(self, texts):
+        proba = np.array([[0.05, 0.05, 0.9] if "design" in t.lower() else [0.9, 0.05, 0.05] for t in texts])
+        emb = np.zeros((len(texts), 8), dtype=np.float32)
+        for i, t in enumerate(texts):
+            emb[i, min(len(t.split()[-1]) if t.split() else 0, 7)] = 1.0
+        return proba, emb
+
+    def predict_proba(self, texts):
+        return self.predict_with_embeddings(texts)[0]
+
+
+def test_service_keeps_a_conversation_on_its_tier_and_logs_the_reason():
+    from aio.api.schemas import ChatCompletionRequest
+    from aio.chat.context import RequestContext
+    from tests.test_chat_service import FakeTier, make_service, run
+
+    service, log = make_service([FakeTier("small"), FakeTier("medium"), FakeTier("large")])
+    service.router.classifier = TextClassifier()
+
+    def ask(messages, session=None, user_name="ann"):
+        body = ChatCompletionRequest.model_validate({"model": "auto", "messages": messages, "user": user_name,
+                                                     "max_tokens": 2})
+        chat = run(service.prepare(body, RequestContext(session=session)))
+        run(service.complete(chat))
+        return chat.decision
+
+    first = [user("please design a rate limiter")]
+    assert ask(first).tier == "large"
+    follow = first + [assistant("ab"), user("and in Rust?")]
+    assert ask(follow).tier == "large"  # scored with the previous user turn: the follow-up inherits its difficulty
+    third = follow + [assistant("ab"), user("ok, thanks")]
+    d = ask(third)  # scored alone it is small ("and in Rust?" + "ok, thanks"); the thread keeps large
+    assert (d.tier, d.reason) == ("large", "sticky")
+    assert log.records[-1].routing_reason == "sticky"
+    assert ask(third, user_name="bob").tier == "small"  # another user's thread of the same words
+    # an explicit session keys the thread whatever the messages
+    assert ask([user("design it")], session="s1").tier == "large"
+    assert ask([user("thanks")], session="s1").reason == "sticky"
+    assert ask([user("thanks")], session="s2").tier == "small"
+
+
+def test_service_routes_near_duplicates_of_failed_verifications_up():
+    from aio.api.schemas import ChatCompletionRequest
+    from aio.chat.context import RequestContext
+    from tests.test_chat_service import FakeTier, make_service, run
+
+    service, _ = make_service([FakeTier("small"), FakeTier("medium"), FakeTier("large")])
+    clf = TextClassifier()
+    service.router.classifier = clf
+    _, emb = clf.predict_with_embeddings(["what is tricky"])
+    service.context_routing.failed_verification(emb[0], "small", clf.version)
+
+    def ask(text):
+        body = ChatCompletionRequest.model_validate({"model": "auto", "messages": [user(text)], "max_tokens": 2})
+        return run(service.prepare(body, RequestContext())).decision
+
+    d = ask("explain this tricky")  # last word of the same length: the same fake embedding
+    assert (d.tier, d.reason) == ("medium", "recent-failure")
+    assert ask("explain this odd").tier == "small"
