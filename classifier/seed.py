@@ -7,6 +7,9 @@ Built by `python -m classifier.build_default` from the train splits of the routi
   neither → 0, source `routellm:<set>`. Mixtral sits between our medium and large tiers and GPT-4 above the
   large one, so "only GPT-4 answers" means "needs the large tier"; mapping weak-correct to the small tier is the
   cheap side of the uncertainty (the quality knob and the monitor move traffic up when that is wrong).
+- the hand-labelled everyday-chat prompts (`classifier/data/chat_train.jsonl`; difficulty 1–2 → 0, 3 → 1,
+  4–5 → 2), source `chat:<category>`: the benchmarks hold no chat, and without these the router learned that
+  short means hard. `build_default` weights them by `CHAT_WEIGHT`.
 `aio retrain` merges it with the labelled request log.
 """
 from __future__ import annotations
@@ -21,6 +24,8 @@ import numpy as np
 SEED_PATH = Path(__file__).resolve().parent / "seed" / "seed_train.csv.gz"
 WEAK_STRONG_TO_TIER = (0, 2)  # RouteLLM two-tier labels → AIO's three tiers
 HOLDOUT_PERCENT = 15
+CHAT_SOURCE = "chat:"
+CHAT_WEIGHT = 20.0  # weight of a chat row in the default's training (`python -m classifier.select_router --only chat`)
 
 csv.field_size_limit(1 << 24)
 
@@ -38,7 +43,18 @@ def build_seed_rows(data_folder=None) -> tuple[list[str], list[int], list[str]]:
         texts += r.texts
         labels += [WEAK_STRONG_TO_TIER[int(v)] for v in r.labels]
         sources += [f"routellm:{name}"] * len(r.texts)
+    from classifier.chat_data import TRAIN_PATH, difficulty_to_tier, load_chat
+
+    chat = load_chat(TRAIN_PATH)
+    texts += chat.texts
+    labels += [int(v) for v in difficulty_to_tier(chat.difficulty)]
+    sources += [f"{CHAT_SOURCE}{c}" for c in chat.categories]
     return texts, labels, sources
+
+
+def seed_weights(sources) -> np.ndarray:
+    """Training weights of seed rows: `CHAT_WEIGHT` for chat rows, 1 otherwise."""
+    return np.array([CHAT_WEIGHT if s.startswith(CHAT_SOURCE) else 1.0 for s in sources])
 
 
 def is_holdout(text: str) -> bool:

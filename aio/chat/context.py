@@ -19,6 +19,7 @@ from tiers.tools.options import ChatOptions
 class RequestContext:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     key_id: int | None = None
+    session: str | None = None  # the x-aio-session header: a conversation id for sticky routing
     arrived: float = field(default_factory=time.perf_counter)
     created_at: datetime = field(default_factory=utcnow)
     on_done: Callable[[int], None] | None = None  # called once with the tokens used when the request ends

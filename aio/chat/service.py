@@ -6,6 +6,8 @@ import asyncio
 from dataclasses import replace
 from typing import Any, AsyncIterator
 
+import numpy as np
+
 from aio.api.errors import APIError, invalid_request
 from aio.api.schemas import ChatCompletionRequest
 from aio.chat.accounting import Accounting, RequestLog
@@ -17,6 +19,7 @@ from aio.chat.request_options import chat_options, reject_unsupported, wants_str
 from aio.chat.tier_selection import TierSelector
 from aio.metrics import Metrics
 from aio.routing import ClassifierBatcher, Router, RoutingDecision
+from aio.routing.context_routing import ContextRouting
 from aio.settings import Prices, TierSettings
 from classifier.features import messages_to_text
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
@@ -42,6 +45,7 @@ class ChatService:
         self.queue_timeout_s = queue_timeout_s
         self.structured_min_tier = structured_min_tier
         self.classifier_batcher = ClassifierBatcher()
+        self.context_routing = ContextRouting()  # conversation stickiness, recent failed verifications
         self.tiers = TierSelector(pool, tier_retry_after_s)
         prices = {name: t.prices for name, t in tier_settings.items()}
         self.accounting = Accounting(router, prices, prices[pool.tiers[-1].name], log, metrics, log_prompts)
@@ -87,12 +91,17 @@ class ChatService:
         max_tokens = body.max_completion_tokens or body.max_tokens
         if body.top_logprobs is not None and not body.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
-        decision = self._structured_floor(await self._route(body, messages), options)
+        decision, embedding = await self._route(body, messages)
+        decision, conversation = self.context_routing.adjust(decision, [t.name for t in self.pool], messages=messages,
+                                                             user=body.user, session=ctx.session,
+                                                             owner=str(ctx.key_id or ""), embedding=embedding)
+        decision = self._structured_floor(decision, options)
         if self._in_flight >= self.max_concurrent_requests:
             raise APIError(429, f"the server is at its limit of {self.max_concurrent_requests} concurrent requests; "
                                 "retry later", code="server_busy", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
         selection = await self.tiers.select(decision, messages, max_tokens, options)
         tier = selection.tier
+        self.context_routing.served(conversation, tier.name)
         priority = self._admit_to_queue(tier, ctx.key_id, body.n or 1)
         if options is not None:
             await _check_options(tier, options)
@@ -135,19 +144,20 @@ class ChatService:
             return decision
         return replace(decision, tier=floor, reason="structured_min_tier")
 
-    async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]]) -> RoutingDecision:
-        """`auto`: the classifier's choice; otherwise the tier the model names."""
+    async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]]
+                     ) -> tuple[RoutingDecision, np.ndarray | None]:
+        """`auto`: the classifier's choice (and the text's embedding); otherwise the tier the model names."""
         if body.model == "auto":
             classifier = self.router.classifier  # may be swapped meanwhile: decide with the one that scored
             text = messages_to_text(messages)[:CLASSIFIER_MAX_CHARS]
-            proba = await self.classifier_batcher.predict(classifier, text)
-            return self.router.decide(proba, body.aio_quality, classifier)
+            proba, embedding = await self.classifier_batcher.score(classifier, text)
+            return self.router.decide(proba, body.aio_quality, classifier), embedding
         tier = self.pool.find(body.model)
         if tier is None:
             names = ["auto"] + [t.name for t in self.pool] + [t.model for t in self.pool]
             raise APIError(404, f"the model {body.model!r} does not exist; models: {', '.join(names)}",
                            param="model", code="model_not_found")
-        return RoutingDecision(tier.name, "explicit")
+        return RoutingDecision(tier.name, "explicit"), None
 
     # ---- generation ---------------------------------------------------------------------------------------
 

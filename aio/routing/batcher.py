@@ -20,7 +20,7 @@ from aio.routing.router import Classifier
 class _Pending:
     classifier: Classifier
     text: str
-    future: asyncio.Future
+    future: asyncio.Future  # result: (probabilities, embedding or None)
 
 
 class ClassifierBatcher:
@@ -35,6 +35,11 @@ class ClassifierBatcher:
 
     async def predict(self, classifier: Classifier, text: str) -> np.ndarray:
         """The classifier's probabilities for `text` (one row); raises what the classifier raised."""
+        return (await self.score(classifier, text))[0]
+
+    async def score(self, classifier: Classifier, text: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """(probabilities, sentence embedding) for `text`; the embedding is None for a classifier without one
+        (the heuristic)."""
         future = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(classifier, text, future))
         if self._worker is None or self._worker.done():
@@ -52,7 +57,7 @@ class ClassifierBatcher:
             if not batch:
                 continue
             try:
-                proba = await asyncio.to_thread(classifier.predict_proba, [p.text for p in batch])
+                proba, embeddings = await asyncio.to_thread(_score, classifier, [p.text for p in batch])
             except Exception as exc:  # noqa: BLE001 - handed to each waiting request
                 for p in batch:
                     if not p.future.done():
@@ -60,6 +65,13 @@ class ClassifierBatcher:
                 continue
             self.num_batches += 1
             self.num_texts += len(batch)
-            for p, row in zip(batch, proba):
+            for i, p in enumerate(batch):
                 if not p.future.done():
-                    p.future.set_result(row)
+                    p.future.set_result((proba[i], None if embeddings is None else embeddings[i]))
+
+
+def _score(classifier: Classifier, texts: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
+    with_embeddings = getattr(classifier, "predict_with_embeddings", None)
+    if with_embeddings is None:
+        return classifier.predict_proba(texts), None
+    return with_embeddings(texts)

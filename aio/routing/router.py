@@ -25,7 +25,7 @@ class Classifier(Protocol):
 @dataclass(frozen=True)
 class RoutingDecision:
     tier: str
-    reason: str  # "classifier" | "explicit" | "escalation"
+    reason: str  # "classifier" | "explicit" | "escalation" | "fallback" | "sticky" | "recent-failure"
     score: float | None = None  # P(the chosen tier answers well)
     scores: tuple[float, ...] | None = None  # the classifier's per-tier probabilities
     classifier_version: str | None = None
@@ -42,16 +42,26 @@ class Router:
         self.quality = quality
         self.offsets = dict(offsets or {})
 
+    def thresholds(self, quality: float | None = None) -> dict[str, float]:
+        """The threshold in force per tier: the quality knob plus the tier's offset, capped at 1 (the largest
+        tier accepts everything: 0)."""
+        q = self.quality if quality is None else quality
+        out = {tier: min(1.0, q + self.offsets.get(tier, 0.0)) for tier in self.tiers}
+        out[self.tiers[-1]] = 0.0
+        return out
+
+    def good_enough(self, proba: np.ndarray) -> dict[str, float]:
+        """P(tier answers well) = P(label <= tier) per configured tier."""
+        cumulative = np.cumsum(np.asarray(proba, dtype=np.float64))
+        return {t: float(cumulative[min(TIER_ORDER.index(t), len(cumulative) - 1)]) for t in self.tiers}
+
     def decide(self, proba: np.ndarray, quality: float | None = None,
                classifier: Classifier | None = None) -> RoutingDecision:
         """The decision for one row of `predict_proba` (of `classifier`, by default the router's own)."""
         version = (classifier or self.classifier).version
-        threshold = self.quality if quality is None else quality
-        cumulative = np.cumsum(np.asarray(proba, dtype=np.float64))
         scores = tuple(float(p) for p in proba)
-        for tier in self.tiers:
-            label = TIER_ORDER.index(tier)
-            p_good = float(cumulative[min(label, len(cumulative) - 1)])
-            if p_good >= min(1.0, threshold + self.offsets.get(tier, 0.0)) - 1e-9 or tier == self.tiers[-1]:
+        thresholds = self.thresholds(quality)
+        for tier, p_good in self.good_enough(proba).items():
+            if p_good >= thresholds[tier] - 1e-9 or tier == self.tiers[-1]:
                 return RoutingDecision(tier, "classifier", p_good, scores, version)
         raise AssertionError("unreachable: the largest tier always accepts")

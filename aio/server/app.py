@@ -124,10 +124,12 @@ def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, rou
     def on_change(change, offsets) -> None:
         router.offsets = dict(offsets)  # this replica at once; the others within their poll interval
 
-    monitor = build_monitor(settings, reference, service.prices[reference.name],
-                            SqlVerdictStore(db, flush_log=log_writer.flush, store_text=settings.log_prompts,
-                                            demo_tiers=not settings.tiers),
-                            on_change)
+    from aio.routing.context_routing import FailureFeed
+
+    store = FailureFeed(SqlVerdictStore(db, flush_log=log_writer.flush, store_text=settings.log_prompts,
+                                        demo_tiers=not settings.tiers),
+                        service.context_routing, lambda: router.classifier)  # failures route near-duplicates up
+    monitor = build_monitor(settings, reference, service.prices[reference.name], store, on_change)
     monitor.start()
     service.monitor = monitor
     metrics.registry.register(MonitorCollector(monitor))

@@ -1,7 +1,7 @@
 """POST /v1/chat/completions."""
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from aio.api.errors import APIError
@@ -15,8 +15,9 @@ router = APIRouter()
 
 
 @router.post("/v1/chat/completions")
-async def create_chat_completion(body: ChatCompletionRequest, state: State, key: ApiKey):
-    ctx = RequestContext(key_id=key.id if key is not None else None)
+async def create_chat_completion(body: ChatCompletionRequest, state: State, key: ApiKey,
+                                 x_aio_session: str | None = Header(None, min_length=1, max_length=256)):
+    ctx = RequestContext(key_id=key.id if key is not None else None, session=x_aio_session)
     headers = {"x-request-id": ctx.request_id}
     try:
         admission = state.limiter.admit(key)
