@@ -51,8 +51,10 @@ class EngineConfig:
     # On CPU, quantized projections fed at least this many rows at once (prefill chunks, large decode batches) run
     # as one float32 GEMM over the weight dequantized for the call instead of torch's packed INT4/INT8 kernels,
     # whose cost grows with every row (~2x faster at 512 rows, break-even near 128). INT4 layers then also keep
-    # their nibbles in a portable layout (+0.5 byte per weight). None: always the packed kernels.
-    quantized_dense_min_rows: int | None = 128
+    # their nibbles in a portable layout (+0.5 byte per weight). Off by default: the GEMM's rounding differs from
+    # the packed kernel's, so a request's tokens would depend on how many rows its step carried (batch
+    # composition, chunking), which the packed kernels' row-by-row results do not. None: always the packed kernels.
+    quantized_dense_min_rows: int | None = None
 
     @classmethod
     def option_names(cls) -> frozenset[str]:
