@@ -52,7 +52,8 @@ def serve_comparison(engines: dict[str, Any], path: Path, python: str | None, th
     for rep in range(args.repeats):
         set_dense_rows(engine, dense_rows)
         ours.append(engine_serve(engine, requests))
-        print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine {ours[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+        print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine {ours[-1]['tokens_per_s']:.1f} tok/s",
+              file=sys.stderr)
         set_dense_rows(engine, None)
         packed.append(engine_serve(engine, requests))
         print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine, packed kernels only "

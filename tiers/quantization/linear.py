@@ -9,10 +9,9 @@ The kernel is chosen once, when the layer is built on its device:
   are multiples of 32);
 - anything else (int8 on CUDA, odd shapes, a torch without the op): dequantize the weight and matmul ("dequant").
 With dense_min_rows, the two CPU kernels hand inputs of at least that many rows (prefill chunks, large decode
-batches) to one float32 GEMM over the weight dequantized for the call: torch's packed kernels' cost grows with every row,
-where MKL's GEMM amortises the weight (~2x faster per call at 512 rows; docs/benchmarks.md). An int4
-layer then keeps its nibbles in the portable layout too (+0.5 byte per weight), since torch's packed layout is
-CPU-specific.
+batches) to one float32 GEMM over the weight dequantized for the call: the packed kernels' cost grows with every
+row, where MKL's GEMM amortises the weight (~2x faster per call at 512 rows; docs/benchmarks.md). An int4 layer
+then keeps its nibbles in the portable layout too (+0.5 byte per weight): torch's packed layout is CPU-specific.
 Callers pass and get back their own dtype (float32 or bf16): the kernels' bf16 cast happens inside.
 """
 from __future__ import annotations
