@@ -12,7 +12,9 @@ they are, bf16 activations).
   take turns within a repeat (the order rotates between repeats), and every ratio is taken within a repeat, then
   the median over repeats: the machine is shared, so absolute numbers drift and ratios hold better.
 - serving (first thread count only): 32 seeded requests, prompts of 16-256 random tokens, outputs of 16-128
-  tokens, ignore_eos: our INT4 engine serves them all at once (continuous batching), llama.cpp one after another.
+  tokens, ignore_eos: our INT4 engine serves them all at once (continuous batching), llama.cpp one after another;
+  ours twice per repeat, with the dense path for many-row inputs (EngineConfig.quantized_dense_min_rows = 128,
+  off by default) and with torch's packed kernels only (the same loaded weights, switched).
 - memory: the INT4 engines' resident weights (parameter + buffer bytes, tied ones once, rotary tables excluded),
   the RSS growth of a fresh process that builds one (after the imports; KV pool of 64 MiB, shown apart), and the
   RSS given back when it is dropped again.
@@ -53,6 +55,7 @@ SYSTEMS = {  # name -> Engine.from_pretrained options
     "int4+lm8": dict(quantization="int4", quantize_lm_head=True),  # the lm_head / tied embedding INT8 too
 }
 SERVING_SYSTEM = "int4+lm8"  # serves the concurrent batch; its memory is measured too
+SERVING_DENSE_MIN_ROWS = 128  # its quantized_dense_min_rows (the serving run switches it off and on)
 LLAMA_CPP = "llama.cpp"
 COMMON = dict(max_model_len=1024, max_num_batched_tokens=2048)
 DECODE_KV_BYTES = 64 << 20
@@ -132,23 +135,6 @@ def engine_decode(engine, prompt: list[int], max_tokens: int) -> dict[str, Any]:
     seconds = time.perf_counter() - first
     tokens = outputs[-1].token_ids
     return {"tokens_per_s": (len(tokens) - 1) / seconds, "prefill_s": first - start, "token_ids": tokens}
-
-
-def serving_requests(vocab_size: int, n: int, seed: int) -> list[tuple[list[int], int]]:
-    rng = random.Random(seed)
-    return [([rng.randrange(10, vocab_size) for _ in range(rng.randint(16, 256))], rng.randint(16, 128))
-            for _ in range(n)]
-
-
-def engine_serve(engine, requests: list[tuple[list[int], int]]) -> dict[str, Any]:
-    from tiers import SamplingParams
-
-    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for _, m in requests]
-    start = time.perf_counter()
-    outs = engine.generate([p for p, _ in requests], params)
-    seconds = time.perf_counter() - start
-    total = sum(len(o.token_ids) for o in outs)
-    return {"output_tokens": total, "seconds": seconds, "tokens_per_s": total / seconds}
 
 
 def prefill_logits(model, token_ids: list[int]) -> torch.Tensor:
@@ -267,7 +253,8 @@ def main() -> None:
     for name in systems:
         start = time.perf_counter()
         kv_bytes = SERVE_KV_BYTES if name == SERVING_SYSTEM else DECODE_KV_BYTES  # it also serves the batch
-        engines[name] = Engine(checkpoint, _config(SYSTEMS[name], kv_bytes))
+        dense = {"quantized_dense_min_rows": SERVING_DENSE_MIN_ROWS} if name == SERVING_SYSTEM else {}
+        engines[name] = Engine(checkpoint, _config({**SYSTEMS[name], **dense}, kv_bytes))
         print(f"loaded {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     vocab = engines[systems[0]].model_config.vocab_size
     prompt = engines[systems[0]].tokenizer.encode(TEXT)[:args.prompt_tokens]
@@ -300,7 +287,9 @@ def main() -> None:
         results["decode"][t] = _decode_summary(runs, args.repeats)
 
     if not args.no_serving and SERVING_SYSTEM in engines:
-        results["serving"] = _serving(engines, path, python, threads[0], args)
+        from benchmarks.quantization_serving import serve_comparison
+
+        results["serving"] = serve_comparison(engines, path, python, threads[0], args)
     results["agreement"] = top1_agreement(engines, 256) if "fp32" in engines else {}
     results["memory"] = [m for m in (run_memory_probe(path, s) for s in ("int4", SERVING_SYSTEM)
                                      if s in engines) if m]
@@ -336,29 +325,6 @@ def _decode_summary(runs: dict[str, list[dict[str, Any]]], repeats: int) -> dict
     return out
 
 
-def _serving(engines: dict[str, Any], path: Path, python: str | None, threads: int, args) -> dict[str, Any]:
-    torch.set_num_threads(threads)
-    serve_engine = engine = engines[SERVING_SYSTEM]
-    requests = serving_requests(engine.model_config.vocab_size, args.requests, args.seed)
-    worker = LlamaCppWorker(python, path, threads) if python else None
-    engine_serve(serve_engine, requests[:2])
-    ours, theirs = [], []
-    for rep in range(args.repeats):
-        ours.append(engine_serve(serve_engine, requests))
-        print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine {ours[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
-        if worker:
-            theirs.append(worker.ask(cmd="serve", requests=requests))
-            print(f"serving repeat {rep + 1}: llama.cpp {theirs[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
-    if worker:
-        worker.close()
-    out = {"system": SERVING_SYSTEM, "threads": threads, "requests": len(requests),
-           "output_tokens": ours[0]["output_tokens"], "engine_tokens_per_s": median([r["tokens_per_s"] for r in ours])}
-    if theirs:
-        out["llama_cpp_sequential_tokens_per_s"] = median([r["tokens_per_s"] for r in theirs])
-        out["ratio"] = median([a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours, theirs)])
-    return out
-
-
 def _print_table(results: dict[str, Any], threads: list[int], names: list[str]) -> None:
     print(f"\nbatch-1 decode, {results['prompt_tokens']}-token prompt, {results['new_tokens']} new tokens, greedy "
           f"(median of {results['repeats']}; ratios within a repeat)")
@@ -375,10 +341,11 @@ def _print_table(results: dict[str, Any], threads: list[int], names: list[str]) 
     s = results.get("serving")
     if s:
         line = (f"\nserving {s['requests']} requests ({s['output_tokens']} output tokens), {s['threads']} threads: "
-                f"{s['system']} engine (continuous batching) {s['engine_tokens_per_s']:.1f} tok/s")
+                f"{s['system']} engine (continuous batching) {s['engine_tokens_per_s']:.1f} tok/s, with the packed "
+                f"kernels only {s['packed_only_tokens_per_s']:.1f} tok/s ({s['dense_vs_packed_only']:.2f}x)")
         if "ratio" in s:
-            line += (f", llama.cpp one after another {s['llama_cpp_sequential_tokens_per_s']:.1f} tok/s: "
-                     f"{s['ratio']:.2f}x")
+            line += (f"; llama.cpp one after another {s['llama_cpp_sequential_tokens_per_s']:.1f} tok/s: "
+                     f"{s['ratio']:.2f}x (packed only {s['packed_only_ratio']:.2f}x)")
         print(line)
     for m in results.get("memory") or []:
         print(f"{m['system']} engine: weights {m['weight_bytes'] / 1e6:.1f} MB (parameters + buffers); process RSS "

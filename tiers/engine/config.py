@@ -48,6 +48,13 @@ class EngineConfig:
     # (half the bytes of bf16; llama.cpp files usually store this tensor as Q8_0). On CPU it is the largest single
     # matmul of a small model's decode step, and torch's bf16 matmul barely uses a second thread there.
     quantize_lm_head: bool = False
+    # On CPU, quantized projections fed at least this many rows at once (prefill chunks, large decode batches) run
+    # as one float32 GEMM over the weight dequantized for the call instead of torch's packed INT4/INT8 kernels,
+    # whose cost grows with every row (~2x faster at 512 rows, break-even near 128). INT4 layers then also keep
+    # their nibbles in a portable layout (+0.5 byte per weight). Off by default: the GEMM's rounding differs from
+    # the packed kernel's, so a request's tokens would depend on how many rows its step carried (batch
+    # composition, chunking), which the packed kernels' row-by-row results do not. None: always the packed kernels.
+    quantized_dense_min_rows: int | None = None
 
     @classmethod
     def option_names(cls) -> frozenset[str]:
@@ -65,7 +72,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two, got {self.block_size}")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_bytes", "max_model_len"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_bytes", "max_model_len",
+                     "quantized_dense_min_rows"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")

@@ -50,8 +50,10 @@ class Checkpoint:
         return quantization in ("int4", "int8") or (quantization == "auto" and self.native_int4)
 
     def load_model(self, device: torch.device, dtype: torch.dtype, quantization: str | None = "auto",
-                   group_size: int = 128, lm_head_int8: bool = False) -> LlamaForCausalLM:
-        """lm_head_int8: the output projection (and a tied embedding) as INT8 too (EngineConfig.quantize_lm_head)."""
+                   group_size: int = 128, lm_head_int8: bool = False, dense_min_rows: int | None = None
+                   ) -> LlamaForCausalLM:
+        """lm_head_int8: the output projection (and a tied embedding) as INT8 too (EngineConfig.quantize_lm_head).
+        dense_min_rows: the quantized projections' (EngineConfig.quantized_dense_min_rows)."""
         if quantization not in QUANTIZATION_MODES:
             raise ValueError(f"quantization must be one of {QUANTIZATION_MODES}, got {quantization!r}")
         requantize = quantization in ("int4", "int8")
@@ -64,9 +66,9 @@ class Checkpoint:
             if quantization is None or quantization == "int8":
                 weights = _dequantized(weights)
             model = assemble_model(self.config, weights, device, load_dtype, self.path,
-                                   GGUFError if self.format == "gguf" else AWQError)
+                                   GGUFError if self.format == "gguf" else AWQError, dense_min_rows)
         if requantize:
-            report = quantize_model(model, quantization, group_size)
+            report = quantize_model(model, quantization, group_size, dense_min_rows=dense_min_rows)
             skipped = {name: why for name, why in report.items() if why.startswith("skipped")}
             if skipped:
                 logger.warning("%s: %d of %d projections stay float under %s (e.g. %s: %s)", self.path,

@@ -8,6 +8,10 @@ The kernel is chosen once, when the layer is built on its device:
 - int4 on CUDA with triton importable: the Triton W4A16 kernel (tiers.quantization.triton_w4a16; group sizes that
   are multiples of 32);
 - anything else (int8 on CUDA, odd shapes, a torch without the op): dequantize the weight and matmul ("dequant").
+With dense_min_rows, the two CPU kernels hand inputs of at least that many rows (prefill chunks, large decode
+batches) to one float32 GEMM over the weight dequantized for the call: the packed kernels' cost grows with every
+row, where MKL's GEMM amortises the weight (~2x faster per call at 512 rows; docs/benchmarks.md). An int4 layer
+then keeps its nibbles in the portable layout too (+0.5 byte per weight): torch's packed layout is CPU-specific.
 Callers pass and get back their own dtype (float32 or bf16): the kernels' bf16 cast happens inside.
 """
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tiers.quantization.int4 import Int4Weight, QuantizationError, quantize_int4
+from tiers.quantization.int4 import Int4Weight, QuantizationError, quantize_int4, unpack_nibbles
 from tiers.quantization.int8 import Int8Weight, quantize_int8
 
 INT4_CPU_GROUP_SIZES = (32, 64, 128, 256)
@@ -46,8 +50,10 @@ def _int8_cpu_kernel_ok(weight: Int8Weight) -> bool:
 
 class QuantizedLinear(nn.Module):
     def __init__(self, weight: Int4Weight | Int8Weight, bias: torch.Tensor | None = None,
-                 device: torch.device | str | None = None, kernel: str | None = None) -> None:
-        """kernel: None picks the best one for the device; "dequant" forces the portable fallback."""
+                 device: torch.device | str | None = None, kernel: str | None = None,
+                 dense_min_rows: int | None = None) -> None:
+        """kernel: None picks the best one for the device; "dequant" forces the portable fallback.
+        dense_min_rows: see the module docstring (CPU kernels only; None: always the packed kernel)."""
         super().__init__()
         if not isinstance(weight, (Int4Weight, Int8Weight)):
             raise QuantizationError(f"QuantizedLinear takes an Int4Weight or Int8Weight, got {type(weight).__name__}")
@@ -65,6 +71,11 @@ class QuantizedLinear(nn.Module):
                                     "(and needs triton)")
         self.kernel = kernel
         self.device = device
+        if dense_min_rows is not None and dense_min_rows < 1:
+            raise QuantizationError(f"dense_min_rows must be >= 1, got {dense_min_rows}")
+        self.dense_min_rows = dense_min_rows if kernel in ("cpu_int4pack", "cpu_int8pack") else None
+        if kernel == "cpu_int4pack" and self.dense_min_rows is not None:
+            self.register_buffer("nibbles", weight.packed.to(device))  # pack_nibbles' layout, for _dense_weight
         if kernel == "cpu_int4pack":
             codes = weight.codes().to(torch.int32)
             self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 2))
@@ -116,7 +127,22 @@ class QuantizedLinear(nn.Module):
             return Int4Weight(self.qweight, self.scales, self.mins, self.group_size).dequantize(dtype)
         return Int8Weight(self.qweight, self.scales).dequantize(dtype)
 
+    def _dense_weight(self) -> torch.Tensor:
+        """The float32 [N, K] weight the packed kernel computes with: (code - 8) * scale + zero with its bf16 scales
+        and zeros for int4; the int8 codes for int8 (the per-channel scale is applied after the matmul, as there)."""
+        if self.kernel == "cpu_int8pack":
+            return self.qweight.float()
+        n, k = self.out_features, self.in_features
+        codes = unpack_nibbles(self.nibbles).view(n, k // self.group_size, self.group_size).float()
+        scales, zeros = self.scales_and_zeros.float().transpose(0, 1).unbind(-1)  # [N, groups] each
+        return ((codes - 8) * scales.unsqueeze(-1) + zeros.unsqueeze(-1)).view(n, k)
+
     def _kernel_matmul(self, x2: torch.Tensor) -> torch.Tensor:
+        if self.dense_min_rows is not None and x2.shape[0] >= self.dense_min_rows:
+            y = F.linear(x2.float(), self._dense_weight())
+            if self.kernel == "cpu_int8pack":
+                y = y * self.scales.float()
+            return y.to(x2.dtype)
         if self.kernel == "cpu_int4pack":
             return torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.qweight, self.group_size,
                                                               self.scales_and_zeros)
@@ -181,15 +207,16 @@ def quantize_lm_head(model: nn.Module, dtype: torch.dtype) -> str:
     return quantized.kernel
 
 
-def quantize_linear(linear: nn.Linear, mode: str, group_size: int = 128, kernel: str | None = None
-                    ) -> QuantizedLinear:
+def quantize_linear(linear: nn.Linear, mode: str, group_size: int = 128, kernel: str | None = None,
+                    dense_min_rows: int | None = None) -> QuantizedLinear:
     if mode == "int4":
         weight: Int4Weight | Int8Weight = quantize_int4(linear.weight, group_size)
     elif mode == "int8":
         weight = quantize_int8(linear.weight)
     else:
         raise QuantizationError(f"unknown quantization mode {mode!r}: expected 'int4' or 'int8'")
-    return QuantizedLinear(weight, linear.bias, device=linear.weight.device, kernel=kernel)
+    return QuantizedLinear(weight, linear.bias, device=linear.weight.device, kernel=kernel,
+                           dense_min_rows=dense_min_rows)
 
 
 def set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
@@ -198,7 +225,8 @@ def set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 def quantize_model(model: nn.Module, mode: str = "int4", group_size: int = 128,
-                   names: tuple[str, ...] = PROJECTION_NAMES, kernel: str | None = None) -> dict[str, str]:
+                   names: tuple[str, ...] = PROJECTION_NAMES, kernel: str | None = None,
+                   dense_min_rows: int | None = None) -> dict[str, str]:
     """Swaps every nn.Linear whose last name is in `names` (the attention and MLP projections, fused or not) for a
     QuantizedLinear built on the layer's device, in place. lm_head and the (possibly tied) embedding are left alone.
     Layers a mode cannot take (int4 with in_features not a multiple of group_size) stay as they are.
@@ -213,7 +241,7 @@ def quantize_model(model: nn.Module, mode: str = "int4", group_size: int = 128,
             report[name] = f"skipped: in_features {linear.in_features} % group_size {group_size} != 0"
             continue
         with torch.no_grad():
-            quantized = quantize_linear(linear, mode, group_size, kernel)
+            quantized = quantize_linear(linear, mode, group_size, kernel, dense_min_rows)
         set_submodule(model, name, quantized)
         report[name] = quantized.kernel
     return report

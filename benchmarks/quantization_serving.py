@@ -1,0 +1,75 @@
+"""The serving part of benchmarks.quantization: 32 concurrent requests through our engine (continuous batching), with
+and without the dense path for many-row inputs, against llama.cpp serving them one after another."""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.quantization import SERVING_SYSTEM, LlamaCppWorker, median
+
+
+def serving_requests(vocab_size: int, n: int, seed: int) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    return [([rng.randrange(10, vocab_size) for _ in range(rng.randint(16, 256))], rng.randint(16, 128))
+            for _ in range(n)]
+
+
+def engine_serve(engine, requests: list[tuple[list[int], int]]) -> dict[str, Any]:
+    from tiers import SamplingParams
+
+    params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for _, m in requests]
+    start = time.perf_counter()
+    outs = engine.generate([p for p, _ in requests], params)
+    seconds = time.perf_counter() - start
+    total = sum(len(o.token_ids) for o in outs)
+    return {"output_tokens": total, "seconds": seconds, "tokens_per_s": total / seconds}
+
+
+def set_dense_rows(engine, rows: int | None) -> None:
+    """Switches the quantized projections' dense path (EngineConfig.quantized_dense_min_rows) on the loaded weights."""
+    from tiers.quantization import QuantizedLinear
+
+    for module in engine.runner.model.modules():
+        if isinstance(module, QuantizedLinear) and module.kernel in ("cpu_int4pack", "cpu_int8pack"):
+            module.dense_min_rows = rows
+
+
+def serve_comparison(engines: dict[str, Any], path: Path, python: str | None, threads: int, args) -> dict[str, Any]:
+    """The serving system with its dense path for many-row inputs (the default) and with the packed kernels only
+    (the same weights, switched), and llama.cpp, taking turns within each repeat."""
+    torch.set_num_threads(threads)
+    engine = engines[SERVING_SYSTEM]
+    dense_rows = engine.config.quantized_dense_min_rows
+    requests = serving_requests(engine.model_config.vocab_size, args.requests, args.seed)
+    worker = LlamaCppWorker(python, path, threads) if python else None
+    engine_serve(engine, requests[:2])
+    ours, packed, theirs = [], [], []
+    for rep in range(args.repeats):
+        set_dense_rows(engine, dense_rows)
+        ours.append(engine_serve(engine, requests))
+        print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine {ours[-1]['tokens_per_s']:.1f} tok/s",
+              file=sys.stderr)
+        set_dense_rows(engine, None)
+        packed.append(engine_serve(engine, requests))
+        print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine, packed kernels only "
+              f"{packed[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+        if worker:
+            theirs.append(worker.ask(cmd="serve", requests=requests))
+            print(f"serving repeat {rep + 1}: llama.cpp {theirs[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+    set_dense_rows(engine, dense_rows)
+    if worker:
+        worker.close()
+    out = {"system": SERVING_SYSTEM, "threads": threads, "requests": len(requests), "dense_min_rows": dense_rows,
+           "output_tokens": ours[0]["output_tokens"], "engine_tokens_per_s": median([r["tokens_per_s"] for r in ours]),
+           "packed_only_tokens_per_s": median([r["tokens_per_s"] for r in packed]),
+           "dense_vs_packed_only": median([a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours, packed)])}
+    if theirs:
+        out["llama_cpp_sequential_tokens_per_s"] = median([r["tokens_per_s"] for r in theirs])
+        out["ratio"] = median([a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours, theirs)])
+        out["packed_only_ratio"] = median([a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(packed, theirs)])
+    return out
