@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from aio.cli import app
 from aio.routing import registry
 from aio.db.database import make_engine
-from tests.servers import aio_command, free_port, server_env, terminate
+from tests.servers import TEST_ADMIN_KEY, aio_command, free_port, server_env, terminate
 
 
 def _env(tmp_path, **extra) -> dict[str, str]:
@@ -81,7 +81,7 @@ def test_serve_exits_cleanly_on_sigterm_without_alembic_or_progress_lines(tmp_pa
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(aio_command("serve", "--port", str(port), "--log-level", "info"),
-                                   env=server_env(tmp_path, f"sqlite:///{tmp_path / 'aio.db'}", "k",
+                                   env=server_env(tmp_path, f"sqlite:///{tmp_path / 'aio.db'}", TEST_ADMIN_KEY,
                                                   AIO_DEMO_MODEL="random", AIO_MONITOR_MODE="off"),
                                    stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
