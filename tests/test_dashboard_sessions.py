@@ -19,7 +19,7 @@ from aio.db.models import DashboardSession
 from aio.db.records import utcnow
 from tests.servers import start_server
 
-ADMIN_KEY = "sessions-test-admin-key"
+ADMIN_KEY = "sessions-test-admin-key-0123456789abcdefghijklmnop"
 
 
 @pytest.fixture

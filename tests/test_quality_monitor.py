@@ -233,9 +233,11 @@ def embedded(tmp_path_factory):
 
 def test_every_low_tier_answer_is_verified_and_a_bad_tier_moves_traffic_up(embedded):
     client = openai.OpenAI(base_url=embedded.api_url, api_key="x", max_retries=0)
-    auto = [{"role": "user", "content": "hi"}]
-    before = [client.chat.completions.with_raw_response.create(model="auto", messages=auto, max_tokens=4)
-              .headers["x-aio-tier"] for _ in range(3)]
+    # Three different trivial prompts: a repeat of a prompt whose verification failed would route up
+    # (recent-failure routing, test_routing_conversation).
+    before = [client.chat.completions.with_raw_response.create(
+        model="auto", messages=[{"role": "user", "content": text}], max_tokens=4).headers["x-aio-tier"]
+        for text in ("hi", "What is 2+2?", "Say thanks.")]
     assert before == ["small"] * 3
     ids = []
     for i in range(8):
@@ -253,8 +255,9 @@ def test_every_low_tier_answer_is_verified_and_a_bad_tier_moves_traffic_up(embed
     state = wait_for(lambda: (s := _router_state(embedded.database_url)).offsets.get("small") and s)
     assert state.offsets["small"] == pytest.approx(0.5) and state.retrain_due_at is not None
     time.sleep(1.0)
-    after = [client.chat.completions.with_raw_response.create(model="auto", messages=auto, max_tokens=4)
-             .headers["x-aio-tier"] for _ in range(3)]
+    after = [client.chat.completions.with_raw_response.create(
+        model="auto", messages=[{"role": "user", "content": "hi"}], max_tokens=4).headers["x-aio-tier"]
+        for _ in range(3)]
     assert "small" not in after
     # replays are not user traffic: not in requests, not in the request metrics, costs apart
     user_requests = 3 + 8 + 3

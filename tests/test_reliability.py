@@ -97,7 +97,6 @@ def test_fuzzed_sampling_parameters_get_an_answer_or_an_openai_error(server, fie
     (b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000000000000}', 400),
     (b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "n": 1000}', 400),
     (b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "stop": ["a","b","c","d","e"]}', 400),
-    (b'{"model": "small", "messages": [{"role": "system", "content": "only rules"}]}', 400),
     (b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "seed": 99999999999999999999999}', 400),
     (b'[]', 400),
     (b'', 400),

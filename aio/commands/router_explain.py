@@ -10,10 +10,10 @@ from aio.commands import ConfigOption, database, fail
 
 
 def explain(prompt: str = typer.Argument(..., help="the last user message"),
-            previous: list[str] = typer.Option([], "--previous", "-p", help="an earlier user turn of the "
+            previous: list[str] = typer.Option([], "--previous", "-p", metavar="TEXT", help="an earlier user turn of the "
                                                "conversation (repeat for several, oldest first)"),
-            system: str | None = typer.Option(None, "--system", help="a system prompt"),
-            quality: float | None = typer.Option(None, min=0.0, max=1.0, help="the request's aio_quality (default: "
+            system: str | None = typer.Option(None, "--system", metavar="TEXT", help="a system prompt"),
+            quality: float | None = typer.Option(None, min=0.0, max=1.0, metavar="Q", help="the request's aio_quality (default: "
                                                  "the deployment's)"),
             config: Path | None = ConfigOption) -> None:
     """Explain how the router would route a prompt: per-tier scores, thresholds in force, tier and reason."""
