@@ -10,7 +10,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from aio.dashboard.login_guard import FailureLimiter, client_address, cross_site_reason, is_https, parse_networks
+from aio.dashboard.login_guard import client_address, cross_site_reason, is_https, parse_networks
+from aio.server.throttle import FailureLimiter
 from aio.dashboard.sessions import SessionStore, token_hash
 from aio.db import migrate
 from aio.db.database import make_engine

@@ -13,9 +13,10 @@ from datetime import timedelta
 from fastapi import Request
 
 from aio.api.errors import APIError
-from aio.dashboard.login_guard import FailureLimiter, Network, is_https, parse_networks
+from aio.dashboard.login_guard import Network, is_https, parse_networks
 from aio.dashboard.sessions import SessionStore
 from aio.server.auth import bearer_token
+from aio.server.throttle import FailureLimiter
 
 COOKIE = "aio_dashboard"
 COOKIE_PATHS = ("/dashboard", "/api/dashboard")  # the page (and its forms) and its JSON API

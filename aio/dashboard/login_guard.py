@@ -1,17 +1,13 @@
-"""What guards the dashboard's sign-in form: a cross-site check (CSRF), a per-client limit on failed sign-ins
-(brute force), and who the client is and whether it came over HTTPS, believing X-Forwarded-* headers only from
-the proxies the `trusted_proxies` setting names."""
+"""What guards the dashboard's sign-in form besides the failed-attempt limit (aio.server.throttle): a cross-site
+check (CSRF), and who the client is and whether it came over HTTPS, believing X-Forwarded-* headers only from the
+proxies the `trusted_proxies` setting names."""
 from __future__ import annotations
 
 import ipaddress
-import threading
-import time
-from collections import deque
 from urllib.parse import urlsplit
 
 from fastapi import Request
 
-_MAX_CLIENTS = 10_000  # tracked addresses; beyond, the oldest entries are dropped
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -63,37 +59,3 @@ def cross_site_reason(request: Request) -> str | None:
     if origin == "null" or urlsplit(origin).netloc.lower() != host.lower():
         return f"Origin {origin!r} is not this server ({host!r})"
     return None
-
-
-class FailureLimiter:
-    """At most `max_failures` failed sign-ins per client within `window_s`; then that client waits."""
-
-    def __init__(self, max_failures: int, window_s: float) -> None:
-        self.max_failures = max_failures
-        self.window_s = window_s
-        self._failures: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def retry_after(self, client: str, now: float | None = None) -> float | None:
-        """Seconds until `client` may try again, or None when it may now."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            failures = self._failures.get(client)
-            if failures is None:
-                return None
-            while failures and failures[0] <= now - self.window_s:
-                failures.popleft()
-            if len(failures) < self.max_failures:
-                return None
-            return failures[0] + self.window_s - now
-
-    def failed(self, client: str, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            if client not in self._failures and len(self._failures) >= _MAX_CLIENTS:
-                self._failures.pop(next(iter(self._failures)))
-            self._failures.setdefault(client, deque(maxlen=self.max_failures)).append(now)
-
-    def succeeded(self, client: str) -> None:
-        with self._lock:
-            self._failures.pop(client, None)

@@ -17,7 +17,7 @@ from fastapi import Request
 from aio.api.errors import APIError
 from aio.db.database import DatabaseError
 from aio.db.keys import ApiKeyInfo, KeyStore
-from aio.server.throttle import FailureThrottle
+from aio.server.throttle import FailureLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Authenticator:
     admin_key: str
     bind_host: str
     open_endpoint: bool = False  # the explicit setting; only honoured on a loopback bind
-    admin_throttle: FailureThrottle = field(default_factory=FailureThrottle)
+    admin_throttle: FailureLimiter = field(default_factory=lambda: FailureLimiter(max_failures=10, window_s=60.0))
 
     @property
     def endpoint_is_open(self) -> bool:
@@ -94,8 +94,8 @@ class Authenticator:
 
     async def admin(self, request: Request) -> None:
         client = client_address(request)
-        retry_after = self.admin_throttle.blocked_for(client)
-        if retry_after > 0:
+        retry_after = self.admin_throttle.retry_after(client)
+        if retry_after is not None:
             raise APIError(429, "too many failed admin key checks from this address; retry later",
                            code="too_many_failures", retry_after_s=retry_after)
         try:

@@ -1,51 +1,43 @@
-"""Failed-attempt throttling per client (admin Bearer checks): after `max_failures` failures within `window_s`,
-the client is refused for `lockout_s` (doubling with each further lockout, up to `max_lockout_s`)."""
+"""Failed-attempt limiting per client, for the admin Bearer checks and the dashboard's sign-in form."""
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 MAX_CLIENTS = 10_000  # remembered addresses; beyond, the oldest entries are forgotten
 
 
-@dataclass
-class _Client:
-    failures: deque[float] = field(default_factory=deque)
-    blocked_until: float = 0.0
-    lockouts: int = 0
+class FailureLimiter:
+    """At most `max_failures` failed attempts per client within `window_s`; then that client waits until the oldest
+    of them leaves the window."""
 
+    def __init__(self, max_failures: int, window_s: float) -> None:
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
 
-@dataclass
-class FailureThrottle:
-    max_failures: int = 10
-    window_s: float = 60.0
-    lockout_s: float = 30.0
-    max_lockout_s: float = 900.0
-    _clients: dict[str, _Client] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def blocked_for(self, client: str) -> float:
-        """Seconds `client` must still wait (0: it may try)."""
+    def retry_after(self, client: str, now: float | None = None) -> float | None:
+        """Seconds until `client` may try again, or None when it may now."""
+        now = time.monotonic() if now is None else now
         with self._lock:
-            state = self._clients.get(client)
-            return max(0.0, state.blocked_until - time.monotonic()) if state is not None else 0.0
+            failures = self._failures.get(client)
+            if failures is None:
+                return None
+            while failures and failures[0] <= now - self.window_s:
+                failures.popleft()
+            if len(failures) < self.max_failures:
+                return None
+            return failures[0] + self.window_s - now
 
-    def failed(self, client: str) -> None:
-        now = time.monotonic()
+    def failed(self, client: str, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         with self._lock:
-            if client not in self._clients and len(self._clients) >= MAX_CLIENTS:
-                self._clients.pop(next(iter(self._clients)))
-            state = self._clients.setdefault(client, _Client())
-            state.failures.append(now)
-            while state.failures and state.failures[0] < now - self.window_s:
-                state.failures.popleft()
-            if len(state.failures) >= self.max_failures:
-                state.blocked_until = now + min(self.max_lockout_s, self.lockout_s * 2 ** state.lockouts)
-                state.lockouts += 1
-                state.failures.clear()
+            if client not in self._failures and len(self._failures) >= MAX_CLIENTS:
+                self._failures.pop(next(iter(self._failures)))
+            self._failures.setdefault(client, deque(maxlen=self.max_failures)).append(now)
 
     def succeeded(self, client: str) -> None:
         with self._lock:
-            self._clients.pop(client, None)
+            self._failures.pop(client, None)
