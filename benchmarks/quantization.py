@@ -51,8 +51,11 @@ SYSTEMS = {  # name -> Engine.from_pretrained options
     "fp32": dict(quantization=None, dtype="float32"),
     "bf16": dict(quantization=None, dtype="bfloat16"),
     "int8": dict(quantization="int8"),
-    "int4": dict(quantization="int4"),
+    "int4": dict(quantization="int4"),  # native kernel: the file's Q8_0 output stays INT8 as stored
     "int4+lm8": dict(quantization="int4", quantize_lm_head=True),  # the lm_head / tied embedding INT8 too
+    "int4-torch": dict(quantization="int4", quantized_kernel="torch"),  # torch's INT4 kernel, bf16 activations
+    "int4+lm8-torch": dict(quantization="int4", quantize_lm_head=True, quantized_kernel="torch"),
+    "int8-torch": dict(quantization="int8", quantized_kernel="torch"),
 }
 SERVING_SYSTEM = "int4+lm8"  # serves the concurrent batch; its memory is measured too
 SERVING_DENSE_MIN_ROWS = 128  # its quantized_dense_min_rows (the serving run switches it off and on)

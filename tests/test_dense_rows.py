@@ -23,7 +23,7 @@ def linear(n: int = 96, k: int = 128, seed: int = 0) -> nn.Linear:
 def quantized(mode: str, dense_min_rows: int | None) -> QuantizedLinear:
     w = linear().weight.detach()
     weight = quantize_int4(w, 32) if mode == "int4" else quantize_int8(w)
-    return QuantizedLinear(weight, device="cpu", dense_min_rows=dense_min_rows)
+    return QuantizedLinear(weight, device="cpu", dense_min_rows=dense_min_rows, kernel="torch")
 
 
 @pytest.mark.parametrize("mode", ["int4", "int8"])
@@ -56,7 +56,7 @@ def test_dense_rows_keep_the_int4_nibbles_and_check_their_argument():
 @pytest.mark.parametrize("mode", ["int4", "int8"])
 def test_engine_greedy_tokens_are_the_same_with_dense_prefill(llama_path, mode):
     """Prefill chunks of 4+ rows dense against every row through the packed kernel: the same greedy tokens."""
-    kw = dict(quantization=mode, quantization_group_size=32, max_model_len=256)
+    kw = dict(quantization=mode, quantization_group_size=32, max_model_len=256, quantized_kernel="torch")
     prompts = make_prompts(Engine.from_pretrained(llama_path, **kw).model_config.vocab_size)
     packed = engine_greedy(Engine.from_pretrained(llama_path, quantized_dense_min_rows=None, **kw), prompts)
     dense_engine = Engine.from_pretrained(llama_path, quantized_dense_min_rows=4, **kw)

@@ -12,6 +12,7 @@ from torch import nn
 from tiers.quantization import (Int4Weight, QuantizationError, QuantizedLinear, awq_gemm_to_int4, quantize_int4,
                                 quantize_int8, quantize_model)
 from tiers.quantization.awq import AWQ_ORDER
+from tiers.quantization.cpu_native import native_library
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -26,15 +27,22 @@ def _bf16_close(y: torch.Tensor, ref: torch.Tensor, k: int) -> bool:
 @pytest.mark.parametrize("out_features,in_features", SHAPES)
 @pytest.mark.parametrize("mode,group", [("int4", 32), ("int4", 128), ("int8", None)])
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16])
-def test_quantized_linear_matches_dequantized_matmul(out_features, in_features, mode, group, x_dtype):
+@pytest.mark.parametrize("family", ["torch", "native"])
+def test_quantized_linear_matches_dequantized_matmul(out_features, in_features, mode, group, x_dtype, family):
     if group and in_features % group:
         pytest.skip("in_features not a multiple of the group")
+    if family == "native" and native_library() is None:
+        pytest.skip("the native kernel does not build here")
     torch.manual_seed(out_features + in_features)
     w = torch.randn(out_features, in_features) * 0.05
     qw = quantize_int4(w, group) if mode == "int4" else quantize_int8(w)
     bias = torch.randn(out_features)
-    layer = QuantizedLinear(qw, bias)
-    expected_kernel = {"int4": "cpu_int4pack" if out_features % 16 == 0 else "dequant", "int8": "cpu_int8pack"}[mode]
+    layer = QuantizedLinear(qw, bias, kernel=family)
+    if family == "native":
+        expected_kernel = {"int4": "cpu_w4a8", "int8": "cpu_w8a8"}[mode]
+    else:
+        expected_kernel = {"int4": "cpu_int4pack" if out_features % 16 == 0 else "dequant",
+                           "int8": "cpu_int8pack"}[mode]
     assert layer.kernel == expected_kernel
     ref_w = qw.dequantize()
     for rows in (1, 7, 33):
@@ -86,10 +94,14 @@ def test_q4_blocks_to_int4_are_lossless(kind):
     int4 = q4_to_int4(tensor)
     reference = torch.from_numpy(gguf.quants.dequantize(blocks, qtype).copy())
     assert int4.group_size == 32 and torch.equal(int4.dequantize(), reference)
-    layer = QuantizedLinear(int4)
+    layer = QuantizedLinear(int4, kernel="torch")
     assert layer.kernel == "cpu_int4pack"
     x = torch.randn(4, 160)
     assert _bf16_close(layer(x), x @ reference.t(), 160)
+    if native_library() is not None:  # the native kernel keeps the file's fp16 scales and mins: exact weights
+        native = QuantizedLinear(int4, kernel="native")
+        assert native.kernel == "cpu_w4a8" and torch.equal(native.dequantized_weight(), reference)
+        assert _bf16_close(native(x), x @ reference.t(), 160)
 
 
 def _pack_awq(values: torch.Tensor) -> torch.Tensor:
@@ -151,7 +163,7 @@ def test_quantize_model_swaps_projections_only(mode):
     report = quantize_model(model, mode, group_size=32)
     assert sorted(report) == sorted(f"layers.{i}.{m}" for i in range(2) for m in (
         "self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"))
-    assert set(report.values()) == {f"cpu_{mode}pack"}
+    assert set(report.values()) & {f"cpu_{mode}pack", {"int4": "cpu_w4a8", "int8": "cpu_w8a8"}[mode]}
     assert isinstance(model.layers[1].mlp.gate_up_proj, QuantizedLinear)
     assert type(model.lm_head) is nn.Linear and model.lm_head.weight is model.embed_tokens.weight
     expected, got = prefill_logits(reference, ids), prefill_logits(model, ids)

@@ -51,7 +51,8 @@ class Engine:
         self.model_config = checkpoint.config
         self.tokenizer = checkpoint.tokenizer
         device = resolve_device(config.device)
-        dtype = resolve_dtype(config.dtype, device, self.model_config, checkpoint.is_quantized(config.quantization))
+        dtype = resolve_dtype(config.dtype, device, self.model_config, checkpoint.is_quantized(config.quantization),
+                              config.quantized_kernel)
         draft_model = _draft_model(config, draft, DraftTarget(self.path, self.model_config, self.tokenizer, device,
                                                               dtype))
         extra_kv = kv_bytes_per_block(draft_model[1], config.block_size, dtype) if draft_model else 0

@@ -13,7 +13,8 @@ QUANTIZATION_GROUP_SIZES = (32, 64, 128, 256)  # what the INT4 kernels take
 @dataclass
 class EngineConfig:
     device: str = "cpu"
-    # None: on CPU float32, or bfloat16 when the projections are quantized (see tiers.models.loader.resolve_dtype);
+    # None: on CPU float32, or bfloat16 when the projections are quantized and run torch's kernels (see
+    # tiers.models.loader.resolve_dtype);
     # on CUDA the checkpoint's half type (or bfloat16)
     dtype: str | None = None
     block_size: int = 16
@@ -41,12 +42,13 @@ class EngineConfig:
     # "int8": per-channel symmetric INT8 everywhere, by round-to-nearest from the float (or dequantized) weights.
     # "int4": INT4 everywhere: native 4-bit weights kept as stored (GGUF: groups of 32, AWQ: 128), float ones by
     # round-to-nearest in groups of quantization_group_size (layers whose in_features it does not divide stay
-    # float, with a warning). Quantized models default to bfloat16 on CPU (see `dtype`).
+    # float, with a warning). See `dtype` and `quantized_kernel` for the activations' precision on CPU.
     quantization: str | None = "auto"
     quantization_group_size: int = 128
-    # The output projection (lm_head) as per-channel INT8 too, and a tied embedding read from the same INT8 rows
-    # (half the bytes of bf16; llama.cpp files usually store this tensor as Q8_0). On CPU it is the largest single
-    # matmul of a small model's decode step, and torch's bf16 matmul barely uses a second thread there.
+    # The output projection (lm_head) as INT8 too, and a tied embedding read from the same INT8 rows: per block of
+    # 32 on the native CPU kernel, else per channel. On CPU it is the largest single matmul of a small model's
+    # decode step. With quantization "auto", a GGUF file whose output tensor is Q8_0 (llama.cpp's usual choice)
+    # keeps it INT8 on the native kernel whatever this says (exact: the same blocks and scales).
     quantize_lm_head: bool = False
     # On CPU, quantized projections fed at least this many rows at once (prefill chunks, large decode batches) run
     # as one float32 GEMM over the weight dequantized for the call instead of torch's packed INT4/INT8 kernels,
@@ -55,6 +57,11 @@ class EngineConfig:
     # the packed kernel's, so a request's tokens would depend on how many rows its step carried (batch
     # composition, chunking), which the packed kernels' row-by-row results do not. None: always the packed kernels.
     quantized_dense_min_rows: int | None = None
+    # The quantized projections' CPU kernels: None (auto) or "native" takes AIO's own (tiers/quantization/
+    # cpu_w4a8.c, built at first use with the system's C compiler: int8 activations per block of 32, as llama.cpp;
+    # float32 activations), falling back to torch's where it cannot build; "torch": torch's packed INT4/INT8 kernels
+    # (bf16 activations).
+    quantized_kernel: str | None = None
 
     @classmethod
     def option_names(cls) -> frozenset[str]:
@@ -92,6 +99,8 @@ class EngineConfig:
         if self.quantization not in QUANTIZATION_MODES:
             raise ValueError(f"quantization must be 'auto', 'int8', 'int4' or None ('none'), got "
                              f"{self.quantization!r}")
+        if self.quantized_kernel not in (None, "native", "torch"):
+            raise ValueError(f"quantized_kernel must be 'native', 'torch' or None, got {self.quantized_kernel!r}")
         if self.quantization_group_size not in QUANTIZATION_GROUP_SIZES:
             raise ValueError(f"quantization_group_size must be one of {QUANTIZATION_GROUP_SIZES}, got "
                              f"{self.quantization_group_size}")

@@ -24,7 +24,8 @@ class ModelRunner:
         self.attention_backend = attention_backend
         self.extra_kv_bytes_per_block = extra_kv_bytes_per_block
         self.model = checkpoint.load_model(device, dtype, config.quantization, config.quantization_group_size,
-                                           config.quantize_lm_head, config.quantized_dense_min_rows)
+                                           config.quantize_lm_head, config.quantized_dense_min_rows,
+                                           config.quantized_kernel)
         self.num_blocks = num_kv_blocks(config, model_config, device, dtype, extra_kv_bytes_per_block)
         self.kv_cache = KVCache(model_config, self.num_blocks, self.block_size, dtype, device)
 

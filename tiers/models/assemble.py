@@ -42,9 +42,9 @@ def fuse_shards(shards: dict[str, dict[int, "torch.Tensor | Int4Weight"]], num_s
 def assemble_model(config: ModelConfig, weights: Weights, device: torch.device | str = "cpu",
                    dtype: torch.dtype = torch.float32, path: Path | str = "",
                    error: Callable[[str], Exception] = UnsupportedModelError,
-                   dense_min_rows: int | None = None) -> LlamaForCausalLM:
+                   dense_min_rows: int | None = None, kernel: str | None = None) -> LlamaForCausalLM:
     """weights: our parameter name -> float tensor or Int4Weight (a whole fused parameter). Raises `error` (a
-    message naming `path`) for a missing, unexpected or misshapen weight. dense_min_rows: the 4-bit layers'
+    message naming `path`) for a missing, unexpected or misshapen weight. dense_min_rows, kernel: the 4-bit layers'
     (QuantizedLinear)."""
     device = torch.device(device)
     with torch.device("meta"):
@@ -69,7 +69,7 @@ def assemble_model(config: ModelConfig, weights: Weights, device: torch.device |
             raise error(f"{path}: weight {name!r} has shape {tuple(w.shape)}, expected "
                         f"{(linear.out_features, linear.in_features)}")
         set_submodule(model, module, QuantizedLinear(w, bias.to(dtype) if bias is not None else None, device,
-                                                     dense_min_rows=dense_min_rows))
+                                                     kernel=kernel, dense_min_rows=dense_min_rows))
         int4_modules.add(module)
         expected -= {name, f"{module}.bias"}
     missing = sorted(expected - set(weights))

@@ -19,6 +19,7 @@ from tiers.models.gguf.reader import GGUFCheckpoint, GGUFError, load_gguf
 from tiers.models.llama import LlamaForCausalLM
 from tiers.models.loader import load_model
 from tiers.models.tokenizer import load_tokenizer
+from tiers.quantization.cpu_native import native_library
 from tiers.quantization.int4 import Int4Weight
 from tiers.quantization.linear import quantize_lm_head, quantize_model
 
@@ -45,15 +46,24 @@ class Checkpoint:
             return any(isinstance(w, Int4Weight) for w in self.gguf.weights.values())
         return self.format == "awq"
 
+    @property
+    def q8_0_output(self) -> bool:
+        """Whether a GGUF file stores the output projection (or the tied embedding) as Q8_0."""
+        if self.format != "gguf":
+            return False
+        types = self.gguf.tensor_types
+        return types.get("output.weight", types.get("token_embd.weight")) == "Q8_0"
+
     def is_quantized(self, quantization: str | None) -> bool:
         """Whether the model built with this quantization mode has quantized projections."""
         return quantization in ("int4", "int8") or (quantization == "auto" and self.native_int4)
 
     def load_model(self, device: torch.device, dtype: torch.dtype, quantization: str | None = "auto",
-                   group_size: int = 128, lm_head_int8: bool = False, dense_min_rows: int | None = None
-                   ) -> LlamaForCausalLM:
+                   group_size: int = 128, lm_head_int8: bool = False, dense_min_rows: int | None = None,
+                   kernel: str | None = None) -> LlamaForCausalLM:
         """lm_head_int8: the output projection (and a tied embedding) as INT8 too (EngineConfig.quantize_lm_head).
-        dense_min_rows: the quantized projections' (EngineConfig.quantized_dense_min_rows)."""
+        dense_min_rows, kernel: the quantized projections' (EngineConfig.quantized_dense_min_rows,
+        quantized_kernel)."""
         if quantization not in QUANTIZATION_MODES:
             raise ValueError(f"quantization must be one of {QUANTIZATION_MODES}, got {quantization!r}")
         requantize = quantization in ("int4", "int8")
@@ -66,16 +76,20 @@ class Checkpoint:
             if quantization is None or quantization == "int8":
                 weights = _dequantized(weights)
             model = assemble_model(self.config, weights, device, load_dtype, self.path,
-                                   GGUFError if self.format == "gguf" else AWQError, dense_min_rows)
+                                   GGUFError if self.format == "gguf" else AWQError, dense_min_rows, kernel)
         if requantize:
-            report = quantize_model(model, quantization, group_size, dense_min_rows=dense_min_rows)
+            report = quantize_model(model, quantization, group_size, kernel=kernel, dense_min_rows=dense_min_rows)
             skipped = {name: why for name, why in report.items() if why.startswith("skipped")}
             if skipped:
                 logger.warning("%s: %d of %d projections stay float under %s (e.g. %s: %s)", self.path,
                                len(skipped), len(report), quantization, *next(iter(skipped.items())))
         cast_float_weights(model, dtype)
-        if lm_head_int8:
-            quantize_lm_head(model, dtype)
+        # "auto" keeps a GGUF's Q8_0 output tensor 8-bit where the native kernel runs it: blocks of 32 with one
+        # scale each, so the requantization of the dequantized tensor is exact
+        as_stored = (quantization == "auto" and self.q8_0_output and device.type == "cpu" and kernel != "torch"
+                     and native_library() is not None)
+        if lm_head_int8 or as_stored:
+            quantize_lm_head(model, dtype, kernel)
         return model
 
 

@@ -10,6 +10,7 @@ from safetensors import safe_open
 
 from tiers.models.config import ModelConfig, UnsupportedModelError
 from tiers.models.llama import LlamaForCausalLM
+from tiers.quantization.cpu_native import native_library
 
 IGNORED_WEIGHT_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -22,14 +23,17 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str | torch.dtype | None, device: torch.device, model_config: ModelConfig,
-                  quantized: bool = False) -> torch.dtype:
-    """None or "auto": on CPU float32, or bfloat16 for a model with quantized projections (the CPU kernels take
-    bf16 activations); elsewhere the checkpoint's half type (or bfloat16)."""
+                  quantized: bool = False, kernel: str | None = None) -> torch.dtype:
+    """None or "auto": on CPU float32, or bfloat16 for a model with quantized projections on torch's kernels (they
+    take bf16 activations; AIO's native kernels take float32); elsewhere the checkpoint's half type (or
+    bfloat16)."""
     if isinstance(name, torch.dtype):
         return name
     if name is None or name == "auto":
         if device.type == "cpu":
-            return torch.bfloat16 if quantized else torch.float32
+            if quantized and (kernel == "torch" or native_library() is None):
+                return torch.bfloat16
+            return torch.float32
         return torch.float16 if model_config.torch_dtype == "float16" else torch.bfloat16
     dtype = getattr(torch, str(name), None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:

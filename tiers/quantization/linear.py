@@ -2,7 +2,9 @@
 model's projection layers for it.
 
 The kernel is chosen once, when the layer is built on its device:
-- int4 on CPU: torch's `_weight_int4pack_mm_for_cpu` (bf16 activations; needs out_features % 16 == 0 and a group
+- int4 / int8 on CPU, when the native kernel builds (tiers.quantization.cpu_native) and in_features % 32 == 0:
+  "cpu_w4a8" / "cpu_w8a8", activations quantized to int8 blocks of 32 as llama.cpp does (any float dtype in);
+- otherwise int4 on CPU: torch's `_weight_int4pack_mm_for_cpu` (bf16 activations; needs out_features % 16 == 0 and a group
   size of 32/64/128/256);
 - int8 on CPU: torch's `_weight_int8pack_mm` (bf16 activations: float32 activations take a path ~10x slower);
 - int4 on CUDA with triton importable: the Triton W4A16 kernel (tiers.quantization.triton_w4a16; group sizes that
@@ -22,6 +24,8 @@ from torch import nn
 
 from tiers.quantization.int4 import Int4Weight, QuantizationError, quantize_int4, unpack_nibbles
 from tiers.quantization.int8 import Int8Weight, quantize_int8
+from tiers.quantization import native_weights
+from tiers.quantization.cpu_native import gemm, native_library
 
 INT4_CPU_GROUP_SIZES = (32, 64, 128, 256)
 # The projections of tiers.models.llama (and their unfused Hugging Face names). lm_head / embed_tokens stay as is.
@@ -45,7 +49,18 @@ def _triton_w4a16_ok(weight: Int4Weight) -> bool:
 
 
 def _int8_cpu_kernel_ok(weight: Int8Weight) -> bool:
-    return hasattr(torch.ops.aten, "_weight_int8pack_mm")
+    return hasattr(torch.ops.aten, "_weight_int8pack_mm") and not weight.blockwise
+
+
+KERNELS = ("dequant", "cpu_int4pack", "cpu_int8pack", "triton_w4a16", "cpu_w4a8", "cpu_w8a8")
+NATIVE_KERNELS = ("cpu_w4a8", "cpu_w8a8")
+# Families a caller may name instead of one kernel: "native" (cpu_w4a8 / cpu_w8a8 by mode) or "torch" (torch's
+# packed CPU kernels); a family the layer cannot take falls back to the best remaining kernel.
+KERNEL_FAMILIES = ("native", "torch")
+
+
+def native_kernel_ok(weight: Int4Weight | Int8Weight) -> bool:
+    return native_weights.native_ok(weight) and native_library() is not None
 
 
 class QuantizedLinear(nn.Module):
@@ -62,10 +77,14 @@ class QuantizedLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.mode = "int4" if isinstance(weight, Int4Weight) else "int8"
         self.group_size = weight.group_size if isinstance(weight, Int4Weight) else None
-        if kernel is None:
-            kernel = self._pick_kernel(weight, device)
-        elif kernel not in ("dequant", "cpu_int4pack", "cpu_int8pack", "triton_w4a16"):
+        if kernel is None or kernel in KERNEL_FAMILIES:
+            kernel = self._pick_kernel(weight, device, kernel)
+        elif kernel not in KERNELS:
             raise QuantizationError(f"unknown kernel {kernel!r}")
+        elif kernel in NATIVE_KERNELS and not (device.type == "cpu" and native_kernel_ok(weight)
+                                               and kernel == ("cpu_w4a8" if self.mode == "int4" else "cpu_w8a8")):
+            raise QuantizationError(f"the {kernel} kernel takes {kernel[4:6]} weights on CPU with in_features % 32 "
+                                    "== 0, and needs the native library (a C compiler)")
         elif kernel == "triton_w4a16" and not (isinstance(weight, Int4Weight) and _triton_w4a16_ok(weight)):
             raise QuantizationError("the triton_w4a16 kernel takes int4 weights with a group size multiple of 32 "
                                     "(and needs triton)")
@@ -73,10 +92,16 @@ class QuantizedLinear(nn.Module):
         self.device = device
         if dense_min_rows is not None and dense_min_rows < 1:
             raise QuantizationError(f"dense_min_rows must be >= 1, got {dense_min_rows}")
+        # not for the native kernels: their int8 activations are the computation, and they scale as well as a GEMM
         self.dense_min_rows = dense_min_rows if kernel in ("cpu_int4pack", "cpu_int8pack") else None
-        if kernel == "cpu_int4pack" and self.dense_min_rows is not None:
+        if kernel in NATIVE_KERNELS:
+            self.register_buffer("qweight", native_weights.int4_rows(weight, device) if self.mode == "int4"
+                                 else native_weights.int8_rows(weight, device))
+        elif kernel == "cpu_int4pack" and self.dense_min_rows is not None:
             self.register_buffer("nibbles", weight.packed.to(device))  # pack_nibbles' layout, for _dense_weight
-        if kernel == "cpu_int4pack":
+        if kernel in NATIVE_KERNELS:
+            pass
+        elif kernel == "cpu_int4pack":
             codes = weight.codes().to(torch.int32)
             self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 2))
             # torch's convention: value = (code - 8) * scale + zero, so zero = min + 8 * scale.
@@ -97,14 +122,13 @@ class QuantizedLinear(nn.Module):
         self.bias = nn.Parameter(bias.detach().to(device), requires_grad=False) if bias is not None else None
 
     @staticmethod
-    def _pick_kernel(weight: Int4Weight | Int8Weight, device: torch.device) -> str:
+    def _pick_kernel(weight: Int4Weight | Int8Weight, device: torch.device, family: str | None = None) -> str:
         if device.type == "cuda" and isinstance(weight, Int4Weight) and _triton_w4a16_ok(weight):
             return "triton_w4a16"
         if device.type != "cpu":
-            # Hook for the Triton W4A16 kernel (tiers/quantization/triton_w4a16.py, being written): INT4 weights on
-            # CUDA pick it here when it takes the shape and group size (a new kernel name, its buffers in __init__,
-            # its call in _kernel_matmul); until then CUDA runs the portable "dequant" path.
             return "dequant"
+        if family != "torch" and native_kernel_ok(weight):
+            return "cpu_w4a8" if isinstance(weight, Int4Weight) else "cpu_w8a8"
         if isinstance(weight, Int4Weight):
             return "cpu_int4pack" if _int4_cpu_kernel_ok(weight) else "dequant"
         return "cpu_int8pack" if _int8_cpu_kernel_ok(weight) else "dequant"
@@ -119,6 +143,8 @@ class QuantizedLinear(nn.Module):
         with an identity input, so bf16-rounded)."""
         if self.kernel in ("dequant", "triton_w4a16"):  # the Triton kernel computes with exactly these values
             return self._dequant(dtype)
+        if self.kernel in NATIVE_KERNELS:  # exact weights (the kernel's error is in its int8 activations)
+            return native_weights.dequantize_native(self.qweight, self.in_features, self.mode == "int8", dtype)
         eye = torch.eye(self.in_features, dtype=torch.bfloat16, device=self.qweight.device)
         return self._kernel_matmul(eye).t().to(dtype).contiguous()
 
@@ -130,6 +156,8 @@ class QuantizedLinear(nn.Module):
     def _dense_weight(self) -> torch.Tensor:
         """The float32 [N, K] weight the packed kernel computes with: (code - 8) * scale + zero with its bf16 scales
         and zeros for int4; the int8 codes for int8 (the per-channel scale is applied after the matmul, as there)."""
+        if self.kernel in NATIVE_KERNELS:
+            return self.dequantized_weight(torch.float32)
         if self.kernel == "cpu_int8pack":
             return self.qweight.float()
         n, k = self.out_features, self.in_features
@@ -143,12 +171,17 @@ class QuantizedLinear(nn.Module):
             if self.kernel == "cpu_int8pack":
                 y = y * self.scales.float()
             return y.to(x2.dtype)
+        if self.kernel in NATIVE_KERNELS:
+            return gemm(native_library(), x2, self.qweight, self.in_features, self.mode == "int8")
         if self.kernel == "cpu_int4pack":
             return torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.qweight, self.group_size,
                                                               self.scales_and_zeros)
         return torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (self.kernel in NATIVE_KERNELS and self.bias is None and x.dtype == torch.float32 and x.dim() == 2
+                and x.shape[1] == self.in_features and x.stride(1) == 1):
+            return self._kernel_matmul(x)  # the decode hot path of a float32 model: no copies
         if (self.kernel in ("cpu_int4pack", "cpu_int8pack") and self.bias is None and x.dtype == torch.bfloat16
                 and x.dim() == 2 and x.shape[1] == self.in_features and x.is_contiguous()):
             return self._kernel_matmul(x)  # the decode hot path: bf16 rows straight into the kernel, no casts
@@ -167,7 +200,8 @@ class QuantizedLinear(nn.Module):
 
             y = w4a16_matmul(x, Int4Weight(self.qweight, self.scales, self.mins, self.group_size))
         else:
-            x2 = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+            kernel_dtype = torch.float32 if self.kernel in NATIVE_KERNELS else torch.bfloat16
+            x2 = x.reshape(-1, self.in_features).to(kernel_dtype).contiguous()
             y = self._kernel_matmul(x2).view(*x.shape[:-1], self.out_features).to(x.dtype)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
@@ -180,30 +214,37 @@ class QuantizedLinear(nn.Module):
 
 
 class QuantizedEmbedding(nn.Module):
-    """An embedding read from INT8 rows and per-row scales, e.g. the buffers of a tied INT8 lm_head (shared, not
-    copied): row = qweight[id] * scale[id], in `dtype`."""
+    """An embedding read from a tied INT8 lm_head's buffers (shared, not copied), rows dequantized in `dtype`."""
 
-    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
+    def __init__(self, head: QuantizedLinear, dtype: torch.dtype) -> None:
         super().__init__()
-        self.num_embeddings, self.embedding_dim = qweight.shape
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("scales", scales)
+        self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
+        self.register_buffer("qweight", head.qweight)
+        self.native = head.kernel in NATIVE_KERNELS
+        if not self.native:
+            self.register_buffer("scales", head.scales)
         self.dtype = dtype
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.native:
+            return native_weights.gather_rows_w8(self.qweight, self.embedding_dim, ids, self.dtype)
         return F.embedding(ids, self.qweight).to(self.dtype) * self.scales[ids].unsqueeze(-1).to(self.dtype)
 
 
-def quantize_lm_head(model: nn.Module, dtype: torch.dtype) -> str:
-    """model.lm_head as per-channel INT8 (QuantizedLinear); a tied embed_tokens becomes a QuantizedEmbedding over
-    the same buffers, so the float matrix is freed. Returns the lm_head's kernel."""
+def quantize_lm_head(model: nn.Module, dtype: torch.dtype, kernel: str | None = None) -> str:
+    """model.lm_head as INT8 (QuantizedLinear): per block of 32 inputs for the native kernel (lossless on a GGUF's
+    Q8_0 output tensor), else per channel; a tied embed_tokens becomes a QuantizedEmbedding over the same buffers,
+    so the float matrix is freed. Returns the lm_head's kernel."""
     head = model.lm_head
     tied = model.embed_tokens.weight is head.weight
     with torch.no_grad():
-        quantized = quantize_linear(head, "int8")
+        blockwise = (head.weight.device.type == "cpu" and kernel != "torch" and head.in_features % 32 == 0
+                     and native_library() is not None)
+        weight = quantize_int8(head.weight, blockwise=blockwise)
+        quantized = QuantizedLinear(weight, head.bias, device=head.weight.device, kernel=kernel)
     model.lm_head = quantized
-    if tied:  # the same buffers (scales in the kernel's dtype): no float copy of the matrix stays
-        model.embed_tokens = QuantizedEmbedding(quantized.qweight, quantized.scales, dtype)
+    if tied:  # the same buffers: no float copy of the matrix stays
+        model.embed_tokens = QuantizedEmbedding(quantized, dtype)
     return quantized.kernel
 
 

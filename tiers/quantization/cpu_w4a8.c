@@ -1,0 +1,369 @@
+/* Weight-only INT4 / INT8 matmul for CPU: activations quantized per row to int8 blocks of 32 (llama.cpp's Q8_0:
+ * d = max|x| / 127, q = round-half-even(x / d)), then integer dot products against the weight's blocks.
+ *
+ * Weights come in blocks of 32 input features, one fp16 scale per block (and an fp16 min for INT4):
+ *   INT4: value = code * scale + min, codes 0..15 (GGUF Q4_1's meaning; Q4_0 is min = -8 * scale);
+ *   INT8: value = q * scale, q signed (GGUF Q8_0's meaning).
+ * Per block b of an activation row: dot = scale_w * d * sum(code * q) + min_w * d * sum(q).
+ * Each weight row is one record, so a matmul streams the matrix front to back: INT4 [K/2 bytes of codes][nb fp16
+ * scales][nb fp16 mins], INT8 [K int8][nb fp16 scales], nb = K / 32.
+ *
+ * Layout: blocks go in pairs. Within a pair the 64 elements are interleaved in 4-byte granules, granule i holding
+ * elements 4 * (i / 2) .. + 3 of block (i % 2) of the pair, so the int32 lanes of a dot product alternate between
+ * the two blocks and both blocks' scales come from one 64-bit broadcast. An INT4 pair is 32 bytes: byte r holds
+ * element r (low nibble) and element r + 32 (high nibble) of the interleaved order. An odd last block keeps its
+ * natural order (INT4: byte j holds elements j and j + 16). tiers/quantization/cpu_native.py packs the same way.
+ *
+ * Built at first use for the machine it runs on (-march=native): the AVX-512 VNNI path, the AVX2 path or plain C,
+ * whichever the compiler's target allows. Each output element depends only on its own input row and weight row,
+ * in a fixed order, so a row's result does not depend on the batch it came in.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__F16C__)
+#define AIO_ISA "avx512vnni"
+#define AIO_AVX512 1
+#include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define AIO_ISA "avx2"
+#define AIO_AVX2 1
+#include <immintrin.h>
+#else
+#define AIO_ISA "scalar"
+#endif
+
+#define QK 32
+#ifndef ROW_TILE
+#define ROW_TILE 4
+#endif
+#ifndef N_TILE
+#define N_TILE 4
+#endif
+#define N_CHUNK 16
+#ifndef PREFETCH_TILES
+#define PREFETCH_TILES 2
+#endif
+
+const char *aio_isa(void) { return AIO_ISA; }
+
+/* bytes of one weight row record */
+static inline int64_t row_bytes(int64_t K, int is_w8) { return is_w8 ? K + 2 * (K / QK) : K / 2 + 4 * (K / QK); }
+
+static inline float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+    if (exp == 0) { /* zero or subnormal: mant * 2^-24, exact in float */
+        const float f = (float)mant * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    const uint32_t bits = sign | (exp == 0x1F ? 0x7F800000u | (mant << 13) : ((exp + 112) << 23) | (mant << 13));
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* the element (in natural order within the pair) at interleaved position pos, 0 <= pos < 64 */
+static inline int pair_source(int pos) { return ((pos >> 2) & 1) * QK + 4 * (pos >> 3) + (pos & 3); }
+
+typedef struct {
+    int8_t *q;    /* [M, K], pairs interleaved */
+    float *d;     /* [M, nb] block scales */
+    float *dsum;  /* [M, nb] d * sum(q) */
+} quantized_rows;
+
+static void quantize_row(const float *x, int64_t K, int8_t *q, float *d, float *dsum) {
+    const int64_t nb = K / QK;
+    int8_t nat[2 * QK];
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + b * QK;
+        float amax = 0.0f;
+        for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        int8_t *qb = nat + (b & 1) * QK;
+        for (int i = 0; i < QK; i++) {
+            int v = (int)nearbyintf(xb[i] * inv);
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            qb[i] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = amax / 127.0f;
+        dsum[b] = d[b] * (float)sum;
+        if (b & 1)
+            for (int pos = 0; pos < 2 * QK; pos++) q[(b - 1) * QK + pos] = nat[pair_source(pos)];
+        else if (b == nb - 1)
+            memcpy(q + b * QK, nat, QK);
+    }
+}
+
+static int quantize_rows(const float *x, int64_t M, int64_t K, int64_t ldx, int nthreads, quantized_rows *r) {
+    const int64_t nb = K / QK;
+    r->q = (int8_t *)aligned_alloc(64, ((M * K + 63) / 64) * 64);
+    r->d = (float *)malloc(sizeof(float) * (M * nb + 1));
+    r->dsum = (float *)malloc(sizeof(float) * (M * nb + 1));
+    if (!r->q || !r->d || !r->dsum) return -1;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
+    for (int64_t m = 0; m < M; m++) quantize_row(x + m * ldx, K, r->q + m * K, r->d + m * nb, r->dsum + m * nb);
+    return 0;
+}
+
+static void free_rows(quantized_rows *r) {
+    free(r->q);
+    free(r->d);
+    free(r->dsum);
+}
+
+/* The odd last block of a row (natural order), plain C: rare (K / 32 odd), so kept simple. */
+static float tail_dot(const int8_t *q, const uint8_t *w, int is_w8) {
+    int isum = 0;
+    if (is_w8)
+        for (int i = 0; i < QK; i++) isum += (int)((const int8_t *)w)[i] * (int)q[i];
+    else
+        for (int j = 0; j < QK / 2; j++) isum += (w[j] & 0x0F) * q[j] + (w[j] >> 4) * q[j + QK / 2];
+    return (float)isum;
+}
+
+/* the odd last block's share of one output (scale and, for INT4, min included) */
+static inline float tail_share(const quantized_rows *a, int64_t m, int64_t K, const uint8_t *row, int is_w8) {
+    const int64_t nb = K / QK, b = nb - 1;
+    const uint16_t *scales = (const uint16_t *)(row + (is_w8 ? K : K / 2));
+    float s = tail_dot(a->q + m * K + b * QK, row + b * (is_w8 ? QK : QK / 2), is_w8) * half_to_float(scales[b])
+              * a->d[m * nb + b];
+    if (!is_w8) s += half_to_float(scales[nb + b]) * a->dsum[m * nb + b];
+    return s;
+}
+
+/* ---------------------------------------------------------------- AVX-512 VNNI */
+#if defined(AIO_AVX512)
+static inline __m512 bcast_pair(const float *s) { return _mm512_castpd_ps(_mm512_set1_pd(*(const double *)s)); }
+
+/* two fp16 -> [s0, s1, s0, s1, ...] */
+static inline __m512 bcast_half_pair(const uint16_t *s) {
+    return _mm512_cvtph_ps(_mm256_set1_epi32(*(const int32_t *)s));
+}
+
+/* A tile of NT weight rows x R activation rows; NT, R and W8 are constants at each call site (always_inline), so
+ * the accumulators stay in registers. INT8 weights are signed: their sign moves onto the activation, their
+ * magnitude is the unsigned operand of vpdpbusd. */
+static inline __attribute__((always_inline)) void tile(const quantized_rows *a, int64_t m0, int64_t K,
+        const uint8_t *w, int64_t n0, float *out, int64_t ldo, const int W8, const int NT, const int R) {
+    const int64_t nb = K / QK, pairs = nb / 2, stride = row_bytes(K, W8);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i high_half = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+    __m512 acc[N_TILE][ROW_TILE];
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < R; r++) acc[t][r] = _mm512_setzero_ps();
+    /* the rows PREFETCH_TILES tiles ahead, into L2: the hardware prefetcher alone left decode waiting on memory */
+    const char *ahead = (const char *)(w + (n0 + PREFETCH_TILES * NT) * stride);
+    for (int64_t off = 0; off < NT * stride; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T1);
+    for (int64_t p = 0; p < pairs; p++) {
+        __m512i qa[ROW_TILE];
+        __m512 sa[ROW_TILE];
+        for (int r = 0; r < R; r++) {
+            qa[r] = _mm512_loadu_si512((const void *)(a->q + (m0 + r) * K + p * 2 * QK));
+            sa[r] = bcast_pair(a->d + (m0 + r) * nb + 2 * p);
+        }
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *row = w + (n0 + t) * stride;
+            const __m512 sw = bcast_half_pair((const uint16_t *)(row + (W8 ? K : K / 2)) + 2 * p);
+            if (W8) {
+                const __m512i wv = _mm512_loadu_si512((const void *)(row + p * 2 * QK));
+                const __mmask64 neg = _mm512_movepi8_mask(wv);
+                const __m512i wabs = _mm512_abs_epi8(wv);
+                for (int r = 0; r < R; r++) {
+                    __m512i q = _mm512_mask_sub_epi8(qa[r], neg, _mm512_setzero_si512(), qa[r]);
+                    __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs, q);
+                    acc[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, sa[r]), acc[t][r]);
+                }
+            } else {
+                /* the 32 bytes in both halves (a load-port broadcast), the upper half shifted to its high nibbles */
+                const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + p * QK)));
+                const __m512i wv = _mm512_and_si512(_mm512_srlv_epi64(raw, high_half), m4);
+                for (int r = 0; r < R; r++) {
+                    __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, qa[r]);
+                    acc[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, sa[r]), acc[t][r]);
+                }
+            }
+        }
+    }
+    if (!W8) /* the mins: sum over blocks of min_w * d * sum(q), 16 blocks per step, into the same lanes */
+        for (int t = 0; t < NT; t++) {
+            const uint16_t *mins = (const uint16_t *)(w + (n0 + t) * stride + K / 2) + nb;
+            for (int64_t b = 0; b < 2 * pairs; b += 16) {
+                const __mmask16 k = 2 * pairs - b >= 16 ? 0xFFFF : (__mmask16)((1u << (2 * pairs - b)) - 1);
+                const __m512 mv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mins + b));
+                for (int r = 0; r < R; r++)
+                    acc[t][r] = _mm512_fmadd_ps(mv, _mm512_maskz_loadu_ps(k, a->dsum + (m0 + r) * nb + b), acc[t][r]);
+            }
+        }
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < R; r++) {
+            float s = _mm512_reduce_add_ps(acc[t][r]);
+            if (nb & 1) s += tail_share(a, m0 + r, K, w + (n0 + t) * stride, W8);
+            out[(m0 + r) * ldo + n0 + t] = s;
+        }
+}
+
+#define TILE_CASE(W8, NT, R) tile(a, m0, K, w, n0, out, ldo, W8, NT, R)
+#define ROW_CASES(W8, NT)                                                                                      \
+    switch (R) {                                                                                               \
+    case 1: TILE_CASE(W8, NT, 1); break;                                                                       \
+    case 2: TILE_CASE(W8, NT, 2); break;                                                                       \
+    case 3: TILE_CASE(W8, NT, 3); break;                                                                       \
+    default: TILE_CASE(W8, NT, ROW_TILE); break;                                                               \
+    }
+
+static void dot_rows(const quantized_rows *a, int64_t m0, int R, int64_t K, const uint8_t *w, int is_w8,
+                     float *out, int64_t ldo, int64_t n0, int NT) {
+    if (is_w8) {
+        if (NT == N_TILE) { ROW_CASES(1, N_TILE) } else { ROW_CASES(1, 1) }
+    } else {
+        if (NT == N_TILE) { ROW_CASES(0, N_TILE) } else { ROW_CASES(0, 1) }
+    }
+}
+
+/* ---------------------------------------------------------------- AVX2 */
+#elif defined(AIO_AVX2)
+static inline float hsum256(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+static inline __m256 bcast_pair(const float *s) { return _mm256_castpd_ps(_mm256_set1_pd(*(const double *)s)); }
+
+static inline __m256 bcast_half_pair(const uint16_t *s) {
+    return _mm256_cvtph_ps(_mm_set1_epi32(*(const int32_t *)s));
+}
+
+/* u8 x s8 -> 8 int32 sums; the int16 pair sums cannot saturate for u <= 128, |s| <= 127 */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+static inline __m256i dot_s8s8(__m256i w, __m256i q) {
+    return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+}
+
+static void dot_rows(const quantized_rows *a, int64_t m0, int R, int64_t K, const uint8_t *w, int is_w8,
+                     float *out, int64_t ldo, int64_t n0, int NT) {
+    const int64_t nb = K / QK, pairs = nb / 2, stride = row_bytes(K, is_w8);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *row = w + (n0 + t) * stride;
+        const uint16_t *scales = (const uint16_t *)(row + (is_w8 ? K : K / 2));
+        __m256 acc[ROW_TILE];
+        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t p = 0; p < pairs; p++) {
+            const __m256 sw = bcast_half_pair(scales + 2 * p);
+            __m256i w0, w1;
+            if (is_w8) {
+                w0 = _mm256_loadu_si256((const __m256i *)(row + p * 2 * QK));
+                w1 = _mm256_loadu_si256((const __m256i *)(row + p * 2 * QK + QK));
+            } else {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(row + p * QK));
+                w0 = _mm256_and_si256(raw, m4);
+                w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            }
+            for (int r = 0; r < R; r++) {
+                const int8_t *q = a->q + (m0 + r) * K + p * 2 * QK;
+                const __m256i q0 = _mm256_loadu_si256((const __m256i *)q);
+                const __m256i q1 = _mm256_loadu_si256((const __m256i *)(q + QK));
+                __m256i isum = is_w8 ? _mm256_add_epi32(dot_s8s8(w0, q0), dot_s8s8(w1, q1))
+                                     : _mm256_add_epi32(dot_u8s8(w0, q0), dot_u8s8(w1, q1));
+                const __m256 sa = bcast_pair(a->d + (m0 + r) * nb + 2 * p);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, sa), acc[r]);
+            }
+        }
+        if (!is_w8)
+            for (int64_t b = 0; b + 8 <= 2 * pairs; b += 8) {
+                const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + nb + b)));
+                for (int r = 0; r < R; r++)
+                    acc[r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(a->dsum + (m0 + r) * nb + b), acc[r]);
+            }
+        for (int r = 0; r < R; r++) {
+            const int64_t m = m0 + r;
+            float s = hsum256(acc[r]);
+            if (!is_w8)
+                for (int64_t b = (2 * pairs / 8) * 8; b < 2 * pairs; b++)
+                    s += half_to_float(scales[nb + b]) * a->dsum[m * nb + b];
+            if (nb & 1) s += tail_share(a, m, K, row, is_w8);
+            out[m * ldo + n0 + t] = s;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- plain C */
+#else
+static void dot_rows(const quantized_rows *a, int64_t m0, int R, int64_t K, const uint8_t *w, int is_w8,
+                     float *out, int64_t ldo, int64_t n0, int NT) {
+    const int64_t nb = K / QK, stride = row_bytes(K, is_w8);
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *row = w + (n0 + t) * stride;
+        const uint16_t *scales = (const uint16_t *)(row + (is_w8 ? K : K / 2));
+        for (int r = 0; r < R; r++) {
+            const int64_t m = m0 + r;
+            float s = 0.0f;
+            for (int64_t b = 0; b + 1 < nb; b += 2) {
+                const int8_t *q = a->q + m * K + b * QK;
+                int isum[2] = {0, 0};
+                for (int pos = 0; pos < 2 * QK; pos++) {
+                    int code;
+                    if (is_w8) {
+                        code = ((const int8_t *)row)[b * QK + pos];
+                    } else {
+                        const uint8_t byte = row[b * (QK / 2) + (pos & (QK - 1))];
+                        code = pos < QK ? (byte & 0x0F) : (byte >> 4);
+                    }
+                    isum[(pos >> 2) & 1] += code * q[pos];
+                }
+                for (int i = 0; i < 2; i++) {
+                    s += (float)isum[i] * (half_to_float(scales[b + i]) * a->d[m * nb + b + i]);
+                    if (!is_w8) s += half_to_float(scales[nb + b + i]) * a->dsum[m * nb + b + i];
+                }
+            }
+            if (nb & 1) s += tail_share(a, m, K, row, is_w8);
+            out[m * ldo + n0 + t] = s;
+        }
+    }
+}
+#endif
+
+/* out[M, N] (row stride ldo) = x[M, K] (row stride ldx) @ W[N, K]^T, W as N row records (see the top).
+ * Returns 0, or -1 when memory ran out. */
+static int gemm(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
+                int64_t ldo, int nthreads, int is_w8) {
+    quantized_rows a;
+    if (quantize_rows(x, M, K, ldx, nthreads, &a)) {
+        free_rows(&a);
+        return -1;
+    }
+    const int64_t chunks = (N + N_CHUNK - 1) / N_CHUNK;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (N * M * K >= 262144)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t n_end = (c + 1) * N_CHUNK < N ? (c + 1) * N_CHUNK : N;
+        for (int64_t n0 = c * N_CHUNK; n0 < n_end;) {
+            const int NT = n_end - n0 >= N_TILE ? N_TILE : 1;
+            for (int64_t m0 = 0; m0 < M; m0 += ROW_TILE)
+                dot_rows(&a, m0, (int)(M - m0 < ROW_TILE ? M - m0 : ROW_TILE), K, w, is_w8, out, ldo, n0, NT);
+            n0 += NT;
+        }
+    }
+    free_rows(&a);
+    return 0;
+}
+
+int64_t aio_row_bytes(int64_t K, int is_w8) { return row_bytes(K, is_w8); }
+
+int aio_gemm_w4(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
+                int64_t ldo, int nthreads) {
+    return gemm(x, M, K, ldx, w, N, out, ldo, nthreads, 0);
+}
+
+int aio_gemm_w8(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
+                int64_t ldo, int nthreads) {
+    return gemm(x, M, K, ldx, w, N, out, ldo, nthreads, 1);
+}
