@@ -47,7 +47,7 @@ class EngineConfig:
     quantization_group_size: int = 128
     # The output projection (lm_head) as INT8 too, and a tied embedding read from the same INT8 rows: per block of
     # 32 on the native CPU kernel, else per channel. On CPU it is the largest single matmul of a small model's
-    # decode step. With quantization "auto", a GGUF file whose output tensor is Q8_0 (llama.cpp's usual choice)
+    # decode step. With quantization "auto" or "int4", a GGUF file whose output tensor is Q8_0 (llama.cpp's usual choice)
     # keeps it INT8 on the native kernel whatever this says (exact: the same blocks and scales).
     quantize_lm_head: bool = False
     # On CPU, quantized projections fed at least this many rows at once (prefill chunks, large decode batches) run
