@@ -193,19 +193,3 @@ def write_awq_checkpoint(src, dst, group_size: int = 128, config_group_size: int
     (dst / "config.json").write_text(json.dumps(config))
     return reference
 
-
-def near_greedy_margins(model, prompts: list[list[int]], outputs: list[list[int]]) -> tuple[float, float]:
-    """Teacher-forced check of greedy outputs against `model`: (the worst margin of a picked token below the argmax,
-    as a fraction of the logit range; the share of picks that are exactly the argmax). A random tiny model's
-    greedy path has near-ties, so a run whose float rounding differs (int8 activations, another chunking) may
-    fork at one and go on greedily from there."""
-    worst, exact, total = 0.0, 0, 0
-    for prompt, tokens in zip(prompts, outputs):
-        logits = prefill_logits(model, prompt + tokens)[len(prompt) - 1:-1]
-        picked = logits.gather(1, torch.tensor(tokens).unsqueeze(1)).squeeze(1)
-        top, low = logits.max(-1).values, logits.min(-1).values
-        margin = (top - picked) / (top - low)
-        worst = max(worst, float(margin.max()))
-        exact += int((margin == 0).sum())
-        total += len(tokens)
-    return worst, exact / total

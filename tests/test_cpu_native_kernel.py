@@ -1,4 +1,4 @@
-"""The native CPU INT4/INT8 kernel (tiers/quantization/cpu_w4a8.c): every instruction-set path it can build here
+"""The native CPU INT4/INT8 kernel (tiers/native/w4a8.c): every instruction-set path it can build here
 against an exact emulation of its arithmetic, its packing, batch invariance, and the fallback without a
 compiler."""
 from __future__ import annotations
@@ -74,6 +74,19 @@ def test_int8_equals_its_exact_emulation(library, m, n, k):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_int8_with_float_activations_equals_the_float_matmul(library, m, n, k):
+    """The lm_head's kernel: INT8 weights, float32 activations (no activation rounding at all)."""
+    torch.manual_seed(m * n + k + 2)
+    q = torch.randint(-128, 128, (n, k), dtype=torch.int8)
+    scales = _halves(torch.rand(n, k // BLOCK) * 0.01 + 1e-4)
+    x = torch.randn(m, k)
+    got = gemm(library, x, pack_w8(q, scales), k, w8=True, float_activations=True)
+    weight = (q.double().view(n, k // BLOCK, BLOCK) * scales.double().unsqueeze(-1)).view(n, k)
+    want = (x.double() @ weight.t()).float()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
 def test_packing_round_trips():
     torch.manual_seed(0)
     for k in (32, 64, 96, 800):
@@ -110,7 +123,7 @@ def test_layers_pick_the_native_kernel_and_read_back_their_weights():
     w = torch.randn(48, 256) * 0.05
     int4 = QuantizedLinear(quantize_int4(w, 128))
     int8 = QuantizedLinear(quantize_int8(w))
-    assert (int4.kernel, int8.kernel) == ("cpu_w4a8", "cpu_w8a8")
+    assert (int4.kernel, int8.kernel) == ("cpu_w4a8", "cpu_w8a32")
     # group 128 repeats its scale over 4 blocks; the fp16 scale and min each round by at most 2^-11 of themselves
     atol = 2 ** -10 * w.abs().max().item()
     torch.testing.assert_close(int4.dequantized_weight(), quantize_int4(w, 128).dequantize(), rtol=0, atol=atol)
@@ -129,8 +142,9 @@ def test_blockwise_int8_is_lossless_on_q8_0_weights():
     w = rng.standard_normal((40, 96)).astype(np.float32)
     blocks = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)
     reference = torch.from_numpy(gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q8_0).copy())
-    layer = QuantizedLinear(quantize_int8(reference, blockwise=True))
-    assert layer.kernel == "cpu_w8a8" and torch.equal(layer.dequantized_weight(), reference)
+    for kernel in ("cpu_w8a8", "cpu_w8a32"):
+        layer = QuantizedLinear(quantize_int8(reference, blockwise=True), kernel=kernel)
+        assert layer.kernel == kernel and torch.equal(layer.dequantized_weight(), reference)
 
 
 def test_without_a_compiler_the_build_says_so(monkeypatch, tmp_path):

@@ -39,7 +39,7 @@ def test_quantized_linear_matches_dequantized_matmul(out_features, in_features, 
     bias = torch.randn(out_features)
     layer = QuantizedLinear(qw, bias, kernel=family)
     if family == "native":
-        expected_kernel = {"int4": "cpu_w4a8", "int8": "cpu_w8a8"}[mode]
+        expected_kernel = {"int4": "cpu_w4a8", "int8": "cpu_w8a32"}[mode]
     else:
         expected_kernel = {"int4": "cpu_int4pack" if out_features % 16 == 0 else "dequant",
                            "int8": "cpu_int8pack"}[mode]
@@ -163,7 +163,7 @@ def test_quantize_model_swaps_projections_only(mode):
     report = quantize_model(model, mode, group_size=32)
     assert sorted(report) == sorted(f"layers.{i}.{m}" for i in range(2) for m in (
         "self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"))
-    assert set(report.values()) & {f"cpu_{mode}pack", {"int4": "cpu_w4a8", "int8": "cpu_w8a8"}[mode]}
+    assert set(report.values()) & {f"cpu_{mode}pack", {"int4": "cpu_w4a8", "int8": "cpu_w8a32"}[mode]}
     assert isinstance(model.layers[1].mlp.gate_up_proj, QuantizedLinear)
     assert type(model.lm_head) is nn.Linear and model.lm_head.weight is model.embed_tokens.weight
     expected, got = prefill_logits(reference, ids), prefill_logits(model, ids)

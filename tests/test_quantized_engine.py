@@ -9,7 +9,7 @@ import torch
 from tiers.quantization.cpu_native import native_library
 from torch import nn
 
-from quant_helpers import near_greedy_margins, prefill_logits
+from quant_helpers import prefill_logits
 from test_engine_equality import engine_greedy, make_prompts
 from tiers import Engine, EngineConfig
 from tiers.models.loader import load_model
@@ -31,8 +31,9 @@ def float_model(path):
     return load_model(path, ModelConfig.from_pretrained(path), torch.device("cpu"), torch.float32)
 
 
-def rtn(weight, mode):
-    return (quantize_int4(weight, GROUP) if mode == "int4" else quantize_int8(weight)).dequantize()
+def rtn(weight, mode, blockwise=False):
+    """blockwise: INT8 in blocks of 32 (the native kernel's), else per channel."""
+    return (quantize_int4(weight, GROUP) if mode == "int4" else quantize_int8(weight, blockwise)).dequantize()
 
 
 @pytest.mark.parametrize("family", ["torch", "native"])
@@ -49,12 +50,12 @@ def test_projections_are_rtn_of_the_float_weights(checkpoint_dir, arch, mode, fa
     dtype = torch.bfloat16 if family == "torch" else torch.float32
     assert engine.runner.dtype == dtype
     kernel = {("torch", "int4"): "cpu_int4pack", ("torch", "int8"): "cpu_int8pack",
-              ("native", "int4"): "cpu_w4a8", ("native", "int8"): "cpu_w8a8"}[family, mode]
+              ("native", "int4"): "cpu_w4a8", ("native", "int8"): "cpu_w8a32"}[family, mode]
     for (name, layer), (_, ref_layer) in zip(model.named_modules(), ref.named_modules()):
         if name.rpartition(".")[2] in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
             assert isinstance(layer, QuantizedLinear) and layer.kernel == kernel, name
             # the kernels keep scales in bf16: the read-back weight is the RTN weight to bf16 precision
-            torch.testing.assert_close(layer.dequantized_weight(), rtn(ref_layer.weight, mode), rtol=2 ** -7,
+            torch.testing.assert_close(layer.dequantized_weight(), rtn(ref_layer.weight, mode, blockwise=family == "native"), rtol=2 ** -7,
                                        atol=2e-3)
             if ref_layer.bias is not None:
                 torch.testing.assert_close(layer.bias.float(), ref_layer.bias, rtol=0, atol=0)
@@ -86,11 +87,10 @@ def test_quantized_logits_match_the_dequantized_float_model(llama_path, mode, fa
 @pytest.mark.parametrize("family", ["torch", "native"])
 @pytest.mark.parametrize("mode", MODES)
 def test_prefix_caching_chunked_prefill_and_preemption_keep_the_outputs(llama_path, mode, family):
-    """In float32. Torch's kernels take bf16 activations, which absorb the last-bit differences that another
-    chunking makes in float32 attention: the tokens are equal. The native kernels are batch-invariant too (each
-    row's result is its own, tested in test_cpu_native_kernel.py), but their int8 activations can turn such a
-    last-bit difference into a rounding step, and a random tiny model's greedy path forks at its near-ties: each
-    token must be the plain engine's teacher-forced argmax or a near-tie."""
+    """In float32, token for token. Torch's kernels take bf16 activations, which absorb the last-bit differences
+    that another chunking makes in float32 attention. With the native kernels every op of the step is
+    batch-invariant (the INT4/INT8 matmuls row by row, attention token by token in tiers/native/ops.c), so the
+    chunking changes no bit."""
     if family == "native" and native_library() is None:
         pytest.skip("the native kernel does not build here")
     kw = dict(max_model_len=128, dtype="float32", quantized_kernel=family)
@@ -101,11 +101,7 @@ def test_prefix_caching_chunked_prefill_and_preemption_keep_the_outputs(llama_pa
     busy = quantized(llama_path, mode, kv_cache_bytes=11 * block, max_num_batched_tokens=13, **kw)
     for _ in range(2):  # the second time from cached prefixes
         got = engine_greedy(busy, prompts)
-        if family == "torch":
-            assert got == want
-        else:
-            worst, exact = near_greedy_margins(plain.runner.model, prompts, got)
-            assert worst < 0.02 and exact >= 0.9, (worst, exact)
+        assert got == want
         stats = busy.stats()
         assert stats.num_preemptions > 0 and stats.prefix_cache_hit_rate > 0 and stats.num_used_blocks == 0
 

@@ -77,10 +77,10 @@ def test_greedy_chat_matches_transformers(fp32):
 
 @pytest.mark.parametrize("family", ["native", "torch"])
 def test_int4_and_int8_perplexity_within_1_percent_of_fp32(checkpoint, text_ids, reference, family):
-    """Measured (847 tokens, fp32 24.728). Native kernels (int8 activations per block of 32), the default: Q4_1
-    INT4 with the file's Q8_0 output INT8 as stored 24.827 (+0.40%, top-1 97.04%, 96.6 MB of weights); INT8
-    24.818 (+0.36%, top-1 95.15%). Torch's kernels (bf16 activations, float bf16 embedding): INT4 24.739 (+0.04%,
-    97.28%, 123.0 MB), INT8 24.891 (+0.66%, 97.04%)."""
+    """Measured (847 tokens, fp32 24.728). Native kernels, the default: Q4_1 INT4 (int8 activations per block of
+    32) with the file's Q8_0 output INT8 as stored (float32 activations) 24.854 (+0.51%, top-1 97.75%, 96.6 MB of
+    weights); INT8 (float32 activations) 24.752 (+0.10%, 97.75%). Torch's kernels (bf16 activations, float bf16
+    embedding): INT4 24.739 (+0.04%, 97.28%, 123.0 MB), INT8 24.891 (+0.66%, 97.04%)."""
     if family == "native" and native_library() is None:
         pytest.skip("the native kernel does not build here")
     ref_ppl, ref_top = reference
@@ -96,7 +96,7 @@ def test_int4_and_int8_perplexity_within_1_percent_of_fp32(checkpoint, text_ids,
     del int4
     int8 = engine(checkpoint, quantization="int8", quantized_kernel=family)
     ppl, top = teacher_forced(int8, text_ids)
-    assert abs(ppl / ref_ppl - 1) < 0.01 and (top == ref_top).float().mean() >= (0.95 if family == "native" else 0.96)
+    assert abs(ppl / ref_ppl - 1) < 0.01 and (top == ref_top).float().mean() >= 0.97
 
 
 def test_rtn_int4_group_32_of_the_dequantized_weights_is_q4_1_again(checkpoint):

@@ -47,7 +47,7 @@ class EngineConfig:
     quantization_group_size: int = 128
     # The output projection (lm_head) as INT8 too, and a tied embedding read from the same INT8 rows: per block of
     # 32 on the native CPU kernel, else per channel. On CPU it is the largest single matmul of a small model's
-    # decode step. With quantization "auto" or "int4", a GGUF file whose output tensor is Q8_0 (llama.cpp's usual choice)
+    # decode step. With quantization other than None, a GGUF file whose output tensor is Q8_0 (llama.cpp's usual choice)
     # keeps it INT8 on the native kernel whatever this says (exact: the same blocks and scales).
     quantize_lm_head: bool = False
     # On CPU, quantized projections fed at least this many rows at once (prefill chunks, large decode batches) run
@@ -57,10 +57,10 @@ class EngineConfig:
     # the packed kernel's, so a request's tokens would depend on how many rows its step carried (batch
     # composition, chunking), which the packed kernels' row-by-row results do not. None: always the packed kernels.
     quantized_dense_min_rows: int | None = None
-    # The quantized projections' CPU kernels: None (auto) or "native" takes AIO's own (tiers/quantization/
-    # cpu_w4a8.c, built at first use with the system's C compiler: int8 activations per block of 32, as llama.cpp;
-    # float32 activations), falling back to torch's where it cannot build; "torch": torch's packed INT4/INT8 kernels
-    # (bf16 activations).
+    # The quantized projections' CPU kernels: None (auto) or "native" takes AIO's own (tiers/native/w4a8.c, built
+    # at first use with the system's C compiler: int8 activations per block of 32, as llama.cpp; float32
+    # activations; the step's norms, SiLU-and-mul and decode attention then run in the same native library),
+    # falling back to torch's where it cannot build; "torch": torch's packed INT4/INT8 kernels (bf16 activations).
     quantized_kernel: str | None = None
 
     @classmethod

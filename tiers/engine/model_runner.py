@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from tiers.attention.backend import AttentionBackend
+from tiers.attention.native_backend import NativeCPUAttentionBackend
 from tiers.engine.config import EngineConfig
 from tiers.engine.input_batch import ForwardChunk, prepare_inputs
 from tiers.engine.kv_cache import KVCache, kv_bytes_per_block, num_kv_blocks
@@ -12,6 +13,8 @@ from tiers.engine.sampler import SamplerOutput, sample, token_logprobs
 from tiers.engine.scheduler import ScheduledSequence
 from tiers.engine.sequence import Sequence, TokenLogprob
 from tiers.models.checkpoint import Checkpoint
+from tiers.native import native_library
+from tiers.quantization.linear import native_quantized
 
 
 class ModelRunner:
@@ -26,6 +29,10 @@ class ModelRunner:
         self.model = checkpoint.load_model(device, dtype, config.quantization, config.quantization_group_size,
                                            config.quantize_lm_head, config.quantized_dense_min_rows,
                                            config.quantized_kernel)
+        if config.attention_backend is None and device.type == "cpu" and dtype == torch.float32 and \
+                native_quantized(self.model):
+            self.model.use_native_ops(native_library())
+            self.attention_backend = NativeCPUAttentionBackend(native_library())
         self.num_blocks = num_kv_blocks(config, model_config, device, dtype, extra_kv_bytes_per_block)
         self.kv_cache = KVCache(model_config, self.num_blocks, self.block_size, dtype, device)
 

@@ -84,9 +84,9 @@ class Checkpoint:
                 logger.warning("%s: %d of %d projections stay float under %s (e.g. %s: %s)", self.path,
                                len(skipped), len(report), quantization, *next(iter(skipped.items())))
         cast_float_weights(model, dtype)
-        # "auto" and "int4" (which keep native 4-bit weights as stored) keep a GGUF's Q8_0 output tensor 8-bit
-        # where the native kernel runs it: blocks of 32 with one scale each, so the requantization is exact
-        as_stored = (quantization in ("auto", "int4") and self.q8_0_output and device.type == "cpu" and kernel != "torch"
+        # A quantized model keeps a GGUF's Q8_0 output tensor 8-bit where the native kernel runs it: blocks of 32
+        # with one scale each, so the requantization is exact (and its kernel keeps float32 activations)
+        as_stored = (quantization is not None and self.q8_0_output and device.type == "cpu" and kernel != "torch"
                      and native_library() is not None)
         if lm_head_int8 or as_stored:
             quantize_lm_head(model, dtype, kernel)

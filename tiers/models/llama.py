@@ -9,6 +9,13 @@ from tiers.attention.backend import AttentionMetadata
 from tiers.attention.layer import PagedAttention
 from tiers.models.config import ModelConfig
 from tiers.models.rotary import RotaryEmbedding, apply_rotary_one
+from tiers.native import NativeLibrary
+from tiers.native.ops import rmsnorm, rotary_, silu_mul
+
+
+def _native_rows(native: NativeLibrary | None, x: torch.Tensor) -> bool:
+    return native is not None and x.dtype == torch.float32 and x.dim() == 2 and x.stride(1) == 1 and \
+        x.device.type == "cpu"
 
 
 class RMSNorm(nn.Module):
@@ -16,8 +23,11 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
+        self.native: NativeLibrary | None = None  # set by LlamaForCausalLM.use_native_ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _native_rows(self.native, x) and self.weight.dtype == torch.float32:
+            return rmsnorm(self.native, x, self.weight, self.eps)
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -33,10 +43,17 @@ class LlamaAttention(nn.Module):
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_bias)
         self.attn = PagedAttention(self.head_dim ** -0.5)
+        self.native: NativeLibrary | None = None  # set by LlamaForCausalLM.use_native_ops
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata
                 ) -> torch.Tensor:
         qkv = self.qkv_proj(x)
+        if _native_rows(self.native, qkv) and rope[0].dtype == torch.float32 and self.head_dim <= 1024:
+            rotary_(self.native, qkv, self.num_heads + self.num_kv_heads, self.head_dim, *rope)  # q and k
+            q = qkv[:, :self.q_size].view(-1, self.num_heads, self.head_dim)
+            k = qkv[:, self.q_size:self.q_size + self.kv_size].view(-1, self.num_kv_heads, self.head_dim)
+            v = qkv[:, self.q_size + self.kv_size:].view(-1, self.num_kv_heads, self.head_dim)
+            return self.o_proj(self.attn(q, k, v, meta).view(-1, self.q_size))
         qk, v = qkv.split([self.q_size + self.kv_size, self.kv_size], dim=-1)
         # q and k rotated together, as one [T, H + Hkv, D] tensor: half the small ops of a decode step's rotary
         qk = apply_rotary_one(qk.reshape(-1, self.num_heads + self.num_kv_heads, self.head_dim), *rope)
@@ -52,9 +69,13 @@ class LlamaMLP(nn.Module):
         self.intermediate_size = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.native: NativeLibrary | None = None  # set by LlamaForCausalLM.use_native_ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if _native_rows(self.native, gate_up) and gate_up.is_contiguous():
+            return self.down_proj(silu_mul(self.native, gate_up))
+        gate, up = gate_up.split(self.intermediate_size, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -91,6 +112,14 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary: RotaryEmbedding | None = None
+
+    def use_native_ops(self, native: NativeLibrary) -> None:
+        """Norms, rotary and SiLU-and-mul from the native library (tiers/native/ops.c) on float32 CPU rows: one
+        call each instead of several torch ops. Set for models whose projections run the native kernels, whose output
+        already differs from torch's in the last bits."""
+        for module in self.modules():
+            if isinstance(module, (RMSNorm, LlamaMLP, LlamaAttention)):
+                module.native = native
 
     def build_rotary(self, max_positions: int, device: torch.device) -> None:
         """Called after the weights are on their device (the module is built on the meta device)."""

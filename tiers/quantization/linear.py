@@ -2,8 +2,9 @@
 model's projection layers for it.
 
 The kernel is chosen once, when the layer is built on its device:
-- int4 / int8 on CPU, when the native kernel builds (tiers.quantization.cpu_native) and in_features % 32 == 0:
-  "cpu_w4a8" / "cpu_w8a8", activations quantized to int8 blocks of 32 as llama.cpp does (any float dtype in);
+- int4 / int8 on CPU, when the native library builds (tiers.native) and in_features % 32 == 0: "cpu_w4a8"
+  (activations quantized to int8 blocks of 32 as llama.cpp does) / "cpu_w8a32" (float32 activations; "cpu_w8a8",
+  int8 activations, on request); any float dtype in;
 - otherwise int4 on CPU: torch's `_weight_int4pack_mm_for_cpu` (bf16 activations; needs out_features % 16 == 0 and a group
   size of 32/64/128/256);
 - int8 on CPU: torch's `_weight_int8pack_mm` (bf16 activations: float32 activations take a path ~10x slower);
@@ -52,11 +53,17 @@ def _int8_cpu_kernel_ok(weight: Int8Weight) -> bool:
     return hasattr(torch.ops.aten, "_weight_int8pack_mm") and not weight.blockwise
 
 
-KERNELS = ("dequant", "cpu_int4pack", "cpu_int8pack", "triton_w4a16", "cpu_w4a8", "cpu_w8a8")
-NATIVE_KERNELS = ("cpu_w4a8", "cpu_w8a8")
+KERNELS = ("dequant", "cpu_int4pack", "cpu_int8pack", "triton_w4a16", "cpu_w4a8", "cpu_w8a8", "cpu_w8a32")
+# cpu_w8a32: INT8 weights with float32 activations, for the lm_head (its input's precision decides the argmax)
+NATIVE_KERNELS = ("cpu_w4a8", "cpu_w8a8", "cpu_w8a32")
 # Families a caller may name instead of one kernel: "native" (cpu_w4a8 / cpu_w8a8 by mode) or "torch" (torch's
 # packed CPU kernels); a family the layer cannot take falls back to the best remaining kernel.
 KERNEL_FAMILIES = ("native", "torch")
+
+
+def native_quantized(model: nn.Module) -> bool:
+    """Whether some layer of `model` runs the native kernels (the model's other ops may then run native too)."""
+    return any(isinstance(m, QuantizedLinear) and m.kernel in NATIVE_KERNELS for m in model.modules())
 
 
 def native_kernel_ok(weight: Int4Weight | Int8Weight) -> bool:
@@ -81,8 +88,8 @@ class QuantizedLinear(nn.Module):
             kernel = self._pick_kernel(weight, device, kernel)
         elif kernel not in KERNELS:
             raise QuantizationError(f"unknown kernel {kernel!r}")
-        elif kernel in NATIVE_KERNELS and not (device.type == "cpu" and native_kernel_ok(weight)
-                                               and kernel == ("cpu_w4a8" if self.mode == "int4" else "cpu_w8a8")):
+        elif kernel in NATIVE_KERNELS and not (device.type == "cpu" and native_kernel_ok(weight) and kernel in (
+                ("cpu_w4a8",) if self.mode == "int4" else ("cpu_w8a8", "cpu_w8a32"))):
             raise QuantizationError(f"the {kernel} kernel takes {kernel[4:6]} weights on CPU with in_features % 32 "
                                     "== 0, and needs the native library (a C compiler)")
         elif kernel == "triton_w4a16" and not (isinstance(weight, Int4Weight) and _triton_w4a16_ok(weight)):
@@ -128,7 +135,8 @@ class QuantizedLinear(nn.Module):
         if device.type != "cpu":
             return "dequant"
         if family != "torch" and native_kernel_ok(weight):
-            return "cpu_w4a8" if isinstance(weight, Int4Weight) else "cpu_w8a8"
+            # INT8 weights keep float32 activations: the int8 activations cost more top-1 than INT8 weights save
+            return "cpu_w4a8" if isinstance(weight, Int4Weight) else "cpu_w8a32"
         if isinstance(weight, Int4Weight):
             return "cpu_int4pack" if _int4_cpu_kernel_ok(weight) else "dequant"
         return "cpu_int8pack" if _int8_cpu_kernel_ok(weight) else "dequant"
@@ -172,7 +180,8 @@ class QuantizedLinear(nn.Module):
                 y = y * self.scales.float()
             return y.to(x2.dtype)
         if self.kernel in NATIVE_KERNELS:
-            return gemm(native_library(), x2, self.qweight, self.in_features, self.mode == "int8")
+            return gemm(native_library(), x2, self.qweight, self.in_features, self.mode == "int8",
+                        float_activations=self.kernel == "cpu_w8a32")
         if self.kernel == "cpu_int4pack":
             return torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.qweight, self.group_size,
                                                               self.scales_and_zeros)
@@ -231,6 +240,11 @@ class QuantizedEmbedding(nn.Module):
         return F.embedding(ids, self.qweight).to(self.dtype) * self.scales[ids].unsqueeze(-1).to(self.dtype)
 
 
+def _native_int8(linear: nn.Linear, kernel: str | None) -> bool:
+    return (linear.weight.device.type == "cpu" and kernel in (None, "native") and linear.in_features % 32 == 0
+            and native_library() is not None)
+
+
 def quantize_lm_head(model: nn.Module, dtype: torch.dtype, kernel: str | None = None) -> str:
     """model.lm_head as INT8 (QuantizedLinear): per block of 32 inputs for the native kernel (lossless on a GGUF's
     Q8_0 output tensor), else per channel; a tied embed_tokens becomes a QuantizedEmbedding over the same buffers,
@@ -238,9 +252,7 @@ def quantize_lm_head(model: nn.Module, dtype: torch.dtype, kernel: str | None = 
     head = model.lm_head
     tied = model.embed_tokens.weight is head.weight
     with torch.no_grad():
-        blockwise = (head.weight.device.type == "cpu" and kernel != "torch" and head.in_features % 32 == 0
-                     and native_library() is not None)
-        weight = quantize_int8(head.weight, blockwise=blockwise)
+        weight = quantize_int8(head.weight, blockwise=_native_int8(head, kernel))
         quantized = QuantizedLinear(weight, head.bias, device=head.weight.device, kernel=kernel)
     model.lm_head = quantized
     if tied:  # the same buffers: no float copy of the matrix stays
@@ -253,7 +265,9 @@ def quantize_linear(linear: nn.Linear, mode: str, group_size: int = 128, kernel:
     if mode == "int4":
         weight: Int4Weight | Int8Weight = quantize_int4(linear.weight, group_size)
     elif mode == "int8":
-        weight = quantize_int8(linear.weight)
+        # blocks of 32 where the native kernel runs it: its row records hold a scale per block either way, so the
+        # finer scales cost no memory
+        weight = quantize_int8(linear.weight, blockwise=_native_int8(linear, kernel))
     else:
         raise QuantizationError(f"unknown quantization mode {mode!r}: expected 'int4' or 'int8'")
     return QuantizedLinear(weight, linear.bias, device=linear.weight.device, kernel=kernel,

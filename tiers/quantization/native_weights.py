@@ -1,4 +1,4 @@
-"""Int4Weight / Int8Weight as the native CPU kernel's row records (tiers/quantization/cpu_w4a8.c): codes in its
+"""Int4Weight / Int8Weight as the native CPU kernel's row records (tiers/native/w4a8.c): codes in its
 interleaved block layout, one fp16 scale (and min) per block of 32 input features; a group of 64/128/256 repeats
 its scale. GGUF Q4_0/Q4_1/Q8_0 scales are fp16 already, so their conversion is exact; float32 scales (round-to-
 nearest from a float checkpoint) are rounded to fp16, and dequantize_native returns what the kernel computes

@@ -332,6 +332,120 @@ static void dot_rows(const quantized_rows *a, int64_t m0, int R, int64_t K, cons
 }
 #endif
 
+/* ---------------------------------------------------------------- INT8 weights, float32 activations */
+/* For the output projection (lm_head), whose input precision decides the argmax: the same INT8 row records, the
+ * activations kept in float32 (permuted once into the records' interleaved order). */
+static void interleave_row(const float *x, int64_t K, float *out) {
+    const int64_t pairs = K / QK / 2;
+    for (int64_t p = 0; p < pairs; p++)
+        for (int pos = 0; pos < 2 * QK; pos++) out[p * 2 * QK + pos] = x[p * 2 * QK + pair_source(pos)];
+    for (int64_t i = pairs * 2 * QK; i < K; i++) out[i] = x[i];
+}
+
+#if defined(AIO_AVX512)
+static inline __attribute__((always_inline)) void tile_w8f(const float *xs, int64_t m0, int64_t K,
+        const uint8_t *w, int64_t n0, float *out, int64_t ldo, const int NT, const int R) {
+    const int64_t nb = K / QK, pairs = nb / 2, stride = row_bytes(K, 1);
+    /* lanes of a 16-float vector of the interleaved order: granules of 4 alternate between the pair's blocks */
+    const __m512i pattern = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512 acc[N_TILE][ROW_TILE];
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < R; r++) acc[t][r] = _mm512_setzero_ps();
+    const char *ahead = (const char *)(w + (n0 + PREFETCH_TILES * NT) * stride);
+    for (int64_t off = 0; off < NT * stride; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T1);
+    for (int64_t p = 0; p < pairs; p++) {
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *row = w + (n0 + t) * stride;
+            const __m512 sw = _mm512_permutexvar_ps(pattern, bcast_half_pair((const uint16_t *)(row + K) + 2 * p));
+            __m512 wf[4];
+            for (int j = 0; j < 4; j++)
+                wf[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                    _mm_loadu_si128((const __m128i *)(row + p * 2 * QK + 16 * j))));
+            for (int r = 0; r < R; r++) {
+                const float *x = xs + (m0 + r) * K + p * 2 * QK;
+                __m512 sum = _mm512_mul_ps(wf[0], _mm512_loadu_ps(x));
+                for (int j = 1; j < 4; j++) sum = _mm512_fmadd_ps(wf[j], _mm512_loadu_ps(x + 16 * j), sum);
+                acc[t][r] = _mm512_fmadd_ps(sum, sw, acc[t][r]);
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < R; r++) {
+            float s = _mm512_reduce_add_ps(acc[t][r]);
+            if (nb & 1) {
+                const uint8_t *row = w + (n0 + t) * stride;
+                const int8_t *wb = (const int8_t *)row + (nb - 1) * QK;
+                const float *x = xs + (m0 + r) * K + (nb - 1) * QK;
+                float b = 0.0f;
+                for (int i = 0; i < QK; i++) b += (float)wb[i] * x[i];
+                s += b * half_to_float(((const uint16_t *)(row + K))[nb - 1]);
+            }
+            out[(m0 + r) * ldo + n0 + t] = s;
+        }
+}
+
+#define W8F_ROWS(NT)                                                                                           \
+    switch (R) {                                                                                               \
+    case 1: tile_w8f(xs, m0, K, w, n0, out, ldo, NT, 1); break;                                                \
+    case 2: tile_w8f(xs, m0, K, w, n0, out, ldo, NT, 2); break;                                                \
+    case 3: tile_w8f(xs, m0, K, w, n0, out, ldo, NT, 3); break;                                                \
+    default: tile_w8f(xs, m0, K, w, n0, out, ldo, NT, ROW_TILE); break;                                        \
+    }
+
+static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const uint8_t *w, float *out, int64_t ldo,
+                         int64_t n0, int NT) {
+    if (NT == N_TILE) { W8F_ROWS(N_TILE) } else { W8F_ROWS(1) }
+}
+#else
+static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const uint8_t *w, float *out, int64_t ldo,
+                         int64_t n0, int NT) {
+    const int64_t nb = K / QK, stride = row_bytes(K, 1);
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *row = w + (n0 + t) * stride;
+        const uint16_t *scales = (const uint16_t *)(row + K);
+        for (int r = 0; r < R; r++) {
+            const float *x = xs + (m0 + r) * K;
+            float s = 0.0f;
+            for (int64_t b = 0; b + 1 < nb; b += 2) {
+                /* 8 lanes (vectorised by the compiler): lanes 0-3 hold the pair's first block, 4-7 its second */
+                float lane[8] = {0};
+                const int8_t *wp = (const int8_t *)row + b * QK;
+                for (int c = 0; c < 2 * QK; c += 8)
+                    for (int j = 0; j < 8; j++) lane[j] += (float)wp[c + j] * x[b * QK + c + j];
+                s += (lane[0] + lane[1] + lane[2] + lane[3]) * half_to_float(scales[b])
+                     + (lane[4] + lane[5] + lane[6] + lane[7]) * half_to_float(scales[b + 1]);
+            }
+            if (nb & 1) {
+                float part = 0.0f;
+                for (int i = 0; i < QK; i++) part += (float)((const int8_t *)row)[(nb - 1) * QK + i] * x[(nb - 1) * QK + i];
+                s += part * half_to_float(scales[nb - 1]);
+            }
+            out[(m0 + r) * ldo + n0 + t] = s;
+        }
+    }
+}
+#endif
+
+int aio_gemm_w8f(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
+                 int64_t ldo, int nthreads) {
+    float *xs = (float *)aligned_alloc(64, ((sizeof(float) * M * K + 63) / 64) * 64);
+    if (!xs) return -1;
+    for (int64_t m = 0; m < M; m++) interleave_row(x + m * ldx, K, xs + m * K);
+    const int64_t chunks = (N + N_CHUNK - 1) / N_CHUNK;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (N * M * K >= 262144)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t n_end = (c + 1) * N_CHUNK < N ? (c + 1) * N_CHUNK : N;
+        for (int64_t n0 = c * N_CHUNK; n0 < n_end;) {
+            const int NT = n_end - n0 >= N_TILE ? N_TILE : 1;
+            for (int64_t m0 = 0; m0 < M; m0 += ROW_TILE)
+                dot_rows_w8f(xs, m0, (int)(M - m0 < ROW_TILE ? M - m0 : ROW_TILE), K, w, out, ldo, n0, NT);
+            n0 += NT;
+        }
+    }
+    free(xs);
+    return 0;
+}
+
 /* out[M, N] (row stride ldo) = x[M, K] (row stride ldx) @ W[N, K]^T, W as N row records (see the top).
  * Returns 0, or -1 when memory ran out. */
 static int gemm(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,

@@ -1,0 +1,129 @@
+/* The small float32 ops of a step that cost more in torch's per-op overhead than in arithmetic: RMSNorm,
+ * SiLU-and-mul, and paged attention (KV store included). One call replaces 3-30 torch ops. Plain C loops that the
+ * compiler vectorises (-O3 -march=native); rows, tokens and heads run on OpenMP threads.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* out[m] = w * (x[m] * rsqrt(mean(x[m]^2) + eps)), torch's order of operations */
+void aio_rmsnorm(const float *x, int64_t ldx, const float *w, float *out, int64_t M, int64_t K, float eps,
+                 int nthreads) {
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * ldx;
+        float *o = out + m * K;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < K; i++) ss += xr[i] * xr[i];
+        const float r = 1.0f / sqrtf(ss / (float)K + eps);
+        for (int64_t i = 0; i < K; i++) o[i] = w[i] * (xr[i] * r);
+    }
+}
+
+/* out[m, i] = silu(gate_up[m, i]) * gate_up[m, I + i] */
+void aio_silu_mul(const float *gate_up, float *out, int64_t M, int64_t I, int nthreads) {
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * I >= 65536)
+    for (int64_t m = 0; m < M; m++) {
+        const float *g = gate_up + m * 2 * I, *u = g + I;
+        float *o = out + m * I;
+        for (int64_t i = 0; i < I; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+#define LANES 16
+
+/* q . k over D floats, in LANES partial sums (a fixed order the compiler turns into vector FMAs) */
+static inline float dot_lanes(const float *a, const float *b, int D) {
+    float part[LANES] = {0};
+    int d = 0;
+    for (; d + LANES <= D; d += LANES)
+        for (int j = 0; j < LANES; j++) part[j] += a[d + j] * b[d + j];
+    float s = 0.0f;
+    for (int j = 0; j < LANES; j++) s += part[j];
+    for (; d < D; d++) s += a[d] * b[d];
+    return s;
+}
+
+/* Paged attention for any step, one query token at a time (so a token's result does not depend on how its
+ * sequence was chunked or batched): stores each token's new k / v at slot_mapping[i] of the caches
+ * ([num_blocks * block_size, Hkv, D]), then
+ *   out[i, h] = softmax(scale * q[i, h] . K^T) V over the first visible[i] tokens of sequence token_seq[i],
+ * KV head h / (H / Hkv), the tokens found through block_tables[token_seq[i]] ([num_seqs, max_blocks]).
+ * q, k, v: row i at q + i * q_stride (H heads of D), k + i * k_stride, v + i * v_stride (Hkv heads of D).
+ * Returns 0, or -1 when memory ran out. */
+int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride, const float *v,
+                        int64_t v_stride, float *k_cache, float *v_cache, const int64_t *slot_mapping,
+                        int64_t num_tokens, const int64_t *token_seq, const int64_t *visible,
+                        const int64_t *block_tables, int64_t max_blocks, int num_heads, int num_kv_heads,
+                        int head_dim, int block_size, float scale, float *out, int nthreads) {
+    const int64_t kv_row = (int64_t)num_kv_heads * head_dim;
+    for (int64_t i = 0; i < num_tokens; i++) {
+        memcpy(k_cache + slot_mapping[i] * kv_row, k + i * k_stride, sizeof(float) * kv_row);
+        memcpy(v_cache + slot_mapping[i] * kv_row, v + i * v_stride, sizeof(float) * kv_row);
+    }
+    int64_t longest = 1, work = 0;
+    for (int64_t i = 0; i < num_tokens; i++) {
+        longest = visible[i] > longest ? visible[i] : longest;
+        work += visible[i];
+    }
+    const int group = num_heads / num_kv_heads;
+    const int64_t tasks = num_tokens * num_heads;
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads) if (work * num_heads * head_dim >= 32768)
+    {
+        float *scores = (float *)malloc(sizeof(float) * longest);
+        float *acc = (float *)malloc(sizeof(float) * head_dim);
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t task = 0; task < tasks; task++) {
+            if (!scores || !acc) { /* every thread still takes part in the loop */
+#pragma omp atomic write
+                failed = 1;
+                continue;
+            }
+            const int64_t i = task / num_heads, len = visible[i];
+            const int h = (int)(task % num_heads), kvh = h / group;
+            const int64_t *table = block_tables + token_seq[i] * max_blocks;
+            const float *qh = q + i * q_stride + (int64_t)h * head_dim;
+            float top = -INFINITY;
+            for (int64_t t = 0; t < len; t++) {
+                const int64_t slot = table[t / block_size] * block_size + t % block_size;
+                scores[t] = dot_lanes(qh, k_cache + slot * kv_row + (int64_t)kvh * head_dim, head_dim) * scale;
+                top = scores[t] > top ? scores[t] : top;
+            }
+            float total = 0.0f;
+            for (int d = 0; d < head_dim; d++) acc[d] = 0.0f;
+            for (int64_t t = 0; t < len; t++) {
+                const float p = expf(scores[t] - top);
+                total += p;
+                const int64_t slot = table[t / block_size] * block_size + t % block_size;
+                const float *vt = v_cache + slot * kv_row + (int64_t)kvh * head_dim;
+                for (int d = 0; d < head_dim; d++) acc[d] += p * vt[d];
+            }
+            float *o = out + (i * num_heads + h) * (int64_t)head_dim;
+            for (int d = 0; d < head_dim; d++) o[d] = acc[d] / total;
+        }
+        free(scores);
+        free(acc);
+    }
+    return failed ? -1 : 0;
+}
+
+/* Rotary embedding in place on `heads` heads of D floats per row (row i at x + i * ldx), transformers' rotation
+ * as tiers/models/rotary.py computes it, bit for bit: x * cos + roll(x, D/2) * signed_sin, cos and signed_sin
+ * [T, D] (the rows' positions), each product rounded before the sum (no contraction under -std=c11). */
+void aio_rotary(float *x, int64_t ldx, int64_t T, int heads, int D, const float *cos, const float *signed_sin) {
+    const int half = D / 2;
+    float tmp[1024];
+    for (int64_t i = 0; i < T; i++) {
+        const float *c = cos + i * D, *s = signed_sin + i * D;
+        for (int h = 0; h < heads; h++) {
+            float *xh = x + i * ldx + (int64_t)h * D;
+            memcpy(tmp, xh, sizeof(float) * D);
+            for (int d = 0; d < D; d++) {
+                const float a = tmp[d] * c[d], b = tmp[d < half ? d + half : d - half] * s[d];
+                xh[d] = a + b;
+            }
+        }
+    }
+}

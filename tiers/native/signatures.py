@@ -1,0 +1,22 @@
+"""The C signatures of the native library's entry points (w4a8.c, ops.c), declared once when it is loaded."""
+from __future__ import annotations
+
+import ctypes
+
+I64, PTR, INT, FLOAT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+
+
+def declare_ops(lib: ctypes.CDLL) -> None:
+    lib.aio_isa.restype = ctypes.c_char_p
+    for gemm in (lib.aio_gemm_w4, lib.aio_gemm_w8, lib.aio_gemm_w8f):
+        gemm.argtypes = [PTR, I64, I64, I64, PTR, I64, PTR, I64, INT]
+        gemm.restype = INT
+    lib.aio_rmsnorm.argtypes = [PTR, I64, PTR, PTR, I64, I64, FLOAT, INT]
+    lib.aio_rmsnorm.restype = None
+    lib.aio_silu_mul.argtypes = [PTR, PTR, I64, I64, INT]
+    lib.aio_silu_mul.restype = None
+    lib.aio_paged_attention.argtypes = [PTR, I64, PTR, I64, PTR, I64, PTR, PTR, PTR, I64, PTR, PTR, PTR, I64, INT, INT,
+                                        INT, INT, FLOAT, PTR, INT]
+    lib.aio_paged_attention.restype = INT
+    lib.aio_rotary.argtypes = [PTR, I64, I64, INT, INT, PTR, PTR]
+    lib.aio_rotary.restype = None
