@@ -10,6 +10,7 @@ from tiers.attention.layer import PagedAttention
 from tiers.models.config import ModelConfig
 from tiers.models.rotary import RotaryEmbedding, apply_rotary_one
 from tiers.native import NativeLibrary
+from tiers.native.layer import NativeLayer
 from tiers.native.ops import rmsnorm, rotary_, silu_mul
 
 
@@ -86,9 +87,16 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.native: NativeLibrary | None = None  # set by LlamaForCausalLM.use_native_ops, with native_layer
+        self.native_layer: NativeLayer | None = None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata
                 ) -> torch.Tensor:
+        tables = getattr(meta, "token_tables", None)  # the native attention backend's
+        if (self.native_layer is not None and tables is not None and _native_rows(self.native, x)
+                and x.is_contiguous() and rope[0].dtype == torch.float32):
+            k_cache, v_cache = meta.kv_caches[self.self_attn.attn.layer_idx]
+            return self.native_layer.forward(self.native, x, rope, k_cache, v_cache, meta.slot_mapping, tables)
         x = x + self.self_attn(self.input_layernorm(x), rope, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -115,11 +123,14 @@ class LlamaForCausalLM(nn.Module):
 
     def use_native_ops(self, native: NativeLibrary) -> None:
         """Norms, rotary and SiLU-and-mul from the native library (tiers/native/ops.c) on float32 CPU rows: one
-        call each instead of several torch ops. Set for models whose projections run the native kernels, whose output
+        call each instead of several torch ops; a whole decoder layer in one call where all its projections run
+        native kernels (tiers/native/layer.c). Set for models whose projections run the native kernels, whose output
         already differs from torch's in the last bits."""
         for module in self.modules():
-            if isinstance(module, (RMSNorm, LlamaMLP, LlamaAttention)):
+            if isinstance(module, (RMSNorm, LlamaMLP, LlamaAttention, LlamaDecoderLayer)):
                 module.native = native
+            if isinstance(module, LlamaDecoderLayer) and NativeLayer.supports(module):
+                module.native_layer = NativeLayer(module)
 
     def build_rotary(self, max_positions: int, device: torch.device) -> None:
         """Called after the weights are on their device (the module is built on the meta device)."""

@@ -86,19 +86,26 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
             const int64_t *table = block_tables + token_seq[i] * max_blocks;
             const float *qh = q + i * q_stride + (int64_t)h * head_dim;
             float top = -INFINITY;
-            for (int64_t t = 0; t < len; t++) {
-                const int64_t slot = table[t / block_size] * block_size + t % block_size;
-                scores[t] = dot_lanes(qh, k_cache + slot * kv_row + (int64_t)kvh * head_dim, head_dim) * scale;
-                top = scores[t] > top ? scores[t] : top;
+            for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, blk++) {
+                const float *kb = k_cache + (table[blk] * block_size * kv_row) + (int64_t)kvh * head_dim;
+                const int64_t n = len - t0 < block_size ? len - t0 : block_size;
+                for (int64_t j = 0; j < n; j++) {
+                    const float sc = dot_lanes(qh, kb + j * kv_row, head_dim) * scale;
+                    scores[t0 + j] = sc;
+                    top = sc > top ? sc : top;
+                }
             }
             float total = 0.0f;
             for (int d = 0; d < head_dim; d++) acc[d] = 0.0f;
-            for (int64_t t = 0; t < len; t++) {
-                const float p = expf(scores[t] - top);
-                total += p;
-                const int64_t slot = table[t / block_size] * block_size + t % block_size;
-                const float *vt = v_cache + slot * kv_row + (int64_t)kvh * head_dim;
-                for (int d = 0; d < head_dim; d++) acc[d] += p * vt[d];
+            for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, blk++) {
+                const float *vb = v_cache + (table[blk] * block_size * kv_row) + (int64_t)kvh * head_dim;
+                const int64_t n = len - t0 < block_size ? len - t0 : block_size;
+                for (int64_t j = 0; j < n; j++) {
+                    const float p = expf(scores[t0 + j] - top);
+                    total += p;
+                    const float *vt = vb + j * kv_row;
+                    for (int d = 0; d < head_dim; d++) acc[d] += p * vt[d];
+                }
             }
             float *o = out + (i * num_heads + h) * (int64_t)head_dim;
             for (int d = 0; d < head_dim; d++) o[d] = acc[d] / total;

@@ -20,3 +20,5 @@ def declare_ops(lib: ctypes.CDLL) -> None:
     lib.aio_paged_attention.restype = INT
     lib.aio_rotary.argtypes = [PTR, I64, I64, INT, INT, PTR, PTR]
     lib.aio_rotary.restype = None
+    lib.aio_llama_layer.argtypes = [PTR, PTR, I64, PTR, PTR, PTR, PTR, INT, PTR, PTR, PTR, PTR, I64, INT]
+    lib.aio_llama_layer.restype = INT

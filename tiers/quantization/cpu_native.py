@@ -25,16 +25,16 @@ def row_bytes(k: int, w8: bool) -> int:
 def gemm(native: NativeLibrary, x: torch.Tensor, rows: torch.Tensor, k: int, w8: bool,
          float_activations: bool = False) -> torch.Tensor:
     """float32 [M, K] @ W^T -> float32 [M, N], W as N row records (pack_w4 / pack_w8). float_activations (INT8
-    only): the activations stay float32 instead of int8 blocks (the lm_head's kernel)."""
+    only): the activations stay float32 instead of int8 blocks (the lm_head's kernel). Called once per layer and
+    step: kept to the few Python operations it needs."""
     if x.dtype != torch.float32 or x.stride(-1) != 1:
         x = x.float().contiguous()
-    assert x.dim() == 2 and x.shape[1] == k and rows.shape[1] == row_bytes(k, w8), (tuple(x.shape), k)
-    n = rows.shape[0]
-    out = torch.empty(x.shape[0], n, dtype=torch.float32)
-    assert w8 or not float_activations
-    call = native.lib.aio_gemm_w8f if float_activations else native.lib.aio_gemm_w8 if w8 else native.lib.aio_gemm_w4
-    if call(x.data_ptr(), x.shape[0], k, x.stride(0), rows.data_ptr(), n, out.data_ptr(), n,
-            torch.get_num_threads()):
+    m, n = x.shape[0], rows.shape[0]
+    assert x.shape[1] == k and rows.shape[1] == row_bytes(k, w8) and (w8 or not float_activations)
+    out = torch.empty(m, n, dtype=torch.float32)
+    lib = native.lib
+    call = lib.aio_gemm_w8f if float_activations else lib.aio_gemm_w8 if w8 else lib.aio_gemm_w4
+    if call(x.data_ptr(), m, k, x.stride(0), rows.data_ptr(), n, out.data_ptr(), n, torch.get_num_threads()):
         raise NativeKernelError("out of memory in the native kernel")
     return out
 

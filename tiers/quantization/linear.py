@@ -101,6 +101,7 @@ class QuantizedLinear(nn.Module):
             raise QuantizationError(f"dense_min_rows must be >= 1, got {dense_min_rows}")
         # not for the native kernels: their int8 activations are the computation, and they scale as well as a GEMM
         self.dense_min_rows = dense_min_rows if kernel in ("cpu_int4pack", "cpu_int8pack") else None
+        self.native = native_library() if kernel in NATIVE_KERNELS else None
         if kernel in NATIVE_KERNELS:
             self.register_buffer("qweight", native_weights.int4_rows(weight, device) if self.mode == "int4"
                                  else native_weights.int8_rows(weight, device))
@@ -180,7 +181,7 @@ class QuantizedLinear(nn.Module):
                 y = y * self.scales.float()
             return y.to(x2.dtype)
         if self.kernel in NATIVE_KERNELS:
-            return gemm(native_library(), x2, self.qweight, self.in_features, self.mode == "int8",
+            return gemm(self.native, x2, self.qweight, self.in_features, self.mode == "int8",
                         float_activations=self.kernel == "cpu_w8a32")
         if self.kernel == "cpu_int4pack":
             return torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.qweight, self.group_size,

@@ -1,0 +1,84 @@
+"""The native library's float32 ops (tiers/native/ops.c, layer.c) against torch: RMSNorm, SiLU-and-mul, rotary
+(bit for bit), paged attention (the torch backend's, to float32 rounding), and a whole decoder layer in one call
+equal, bit for bit, to the same native ops called one by one from Python."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from test_engine_equality import engine_greedy, make_prompts
+from tiers import Engine
+from tiers.attention.backend import BatchLayout
+from tiers.attention.native_backend import NativeCPUAttentionBackend
+from tiers.attention.selector import get_attention_backend
+from tiers.models.rotary import apply_rotary_one
+from tiers.native import native_library
+from tiers.native.ops import paged_attention, rmsnorm, rotary_, silu_mul
+
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.skipif(native_library() is None, reason="the native library does not build here")]
+
+
+def test_rmsnorm_and_silu_mul_match_torch():
+    torch.manual_seed(0)
+    native = native_library()
+    x, w = torch.randn(7, 96) * 3, torch.randn(96)
+    want = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+    torch.testing.assert_close(rmsnorm(native, x, w, 1e-5), want, rtol=1e-6, atol=1e-6)
+    gate_up = torch.randn(5, 2 * 40)
+    gate, up = gate_up.split(40, dim=-1)
+    torch.testing.assert_close(silu_mul(native, gate_up), F.silu(gate) * up, rtol=1e-6, atol=1e-6)
+
+
+def test_rotary_is_the_python_rotary_bit_for_bit():
+    torch.manual_seed(1)
+    t, heads, d = 6, 5, 64
+    qkv = torch.randn(t, heads * d + 32)  # rows wider than the rotated heads (v after q and k)
+    cos, ssin = torch.randn(t, 1, d), torch.randn(t, 1, d)
+    want = apply_rotary_one(qkv[:, :heads * d].reshape(t, heads, d), cos, ssin)
+    rest = qkv[:, heads * d:].clone()
+    rotary_(native_library(), qkv, heads, d, cos, ssin)
+    assert torch.equal(qkv[:, :heads * d].reshape(t, heads, d), want) and torch.equal(qkv[:, heads * d:], rest)
+
+
+def test_paged_attention_matches_the_torch_backend():
+    """A decode, a verification chunk and a prefill chunk over a cached prefix, in one step, on scattered blocks."""
+    torch.manual_seed(2)
+    h, hkv, d, bs, num_blocks = 6, 2, 32, 4, 16
+    seq_lens, q_lens = [9, 7, 12], [1, 3, 5]
+    block_ids = [[3, 0, 7], [5, 1], [2, 9, 4]]
+    starts = [0, 1, 4, 9]
+    slots = [block_ids[i][p // bs] * bs + p % bs for i in range(3) for p in range(seq_lens[i] - q_lens[i], seq_lens[i])]
+    layout = BatchLayout(block_ids, seq_lens, starts, slots, bs)
+    t = sum(q_lens)
+    q, k, v = torch.randn(t, h, d), torch.randn(t, hkv, d), torch.randn(t, hkv, d)
+    caches = [torch.randn(num_blocks, bs, hkv, d) for _ in range(2)]
+    native_caches = [c.clone() for c in caches]
+    cpu = torch.device("cpu")
+    torch_backend = get_attention_backend("torch", cpu)
+    want = torch_backend.forward(q, k, v, *caches, torch_backend.prepare_metadata(layout, [caches], cpu,
+                                                                                 torch.float32), 0.125)
+    backend = NativeCPUAttentionBackend(native_library())
+    meta = backend.prepare_metadata(layout, [native_caches], cpu, torch.float32)
+    got = paged_attention(backend.native, q, k, v, *native_caches, meta.slot_mapping, *meta.token_tables, 0.125)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(native_caches[0], caches[0]) and torch.equal(native_caches[1], caches[1])  # same KV stored
+
+
+def test_one_call_layer_equals_the_native_ops_one_by_one(llama_path):
+    engine = Engine.from_pretrained(llama_path, quantization="int4", quantization_group_size=32, max_model_len=128)
+    layers = engine.runner.model.layers
+    assert all(layer.native_layer is not None for layer in layers)
+    prompts = make_prompts(engine.model_config.vocab_size)
+    fused = engine_greedy(engine, prompts)
+    for layer in layers:
+        layer.native_layer = None  # the Python layer, each op still native
+    assert engine_greedy(engine, prompts) == fused
+
+
+def test_biased_projections_keep_the_python_layer(checkpoint_dir):
+    engine = Engine.from_pretrained(checkpoint_dir("qwen2"), quantization="int4", quantization_group_size=32,
+                                    max_model_len=64)
+    assert all(layer.native_layer is None for layer in engine.runner.model.layers)  # qkv bias
+    assert len(engine_greedy(engine, make_prompts(engine.model_config.vocab_size)[:2])[0]) > 0

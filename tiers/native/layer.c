@@ -1,0 +1,82 @@
+/* One Llama decoder layer of a step in a single call, for models whose projections all run the native kernels
+ * (tiers/models/llama.py LlamaDecoderLayer.forward takes this path when it can): the same ops the Python layer
+ * would call one by one (ops.c, w4a8.c), in the same order, without a trip through Python between them.
+ *   h = rmsnorm(x); qkv = h Wqkv^T; rotary(q, k); a = attention; x += a Wo^T;
+ *   h = rmsnorm(x); x += (silu(gate) * up)(h Wgu^T) Wdown^T
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+int aio_gemm_w4(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
+                int64_t ldo, int nthreads);
+int aio_gemm_w8(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
+                int64_t ldo, int nthreads);
+int aio_gemm_w8f(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
+                 int64_t ldo, int nthreads);
+void aio_rmsnorm(const float *x, int64_t ldx, const float *w, float *out, int64_t M, int64_t K, float eps,
+                 int nthreads);
+void aio_silu_mul(const float *gate_up, float *out, int64_t M, int64_t I, int nthreads);
+void aio_rotary(float *x, int64_t ldx, int64_t T, int heads, int D, const float *cos, const float *signed_sin);
+int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride, const float *v,
+                        int64_t v_stride, float *k_cache, float *v_cache, const int64_t *slot_mapping,
+                        int64_t num_tokens, const int64_t *token_seq, const int64_t *visible,
+                        const int64_t *block_tables, int64_t max_blocks, int num_heads, int num_kv_heads,
+                        int head_dim, int block_size, float scale, float *out, int nthreads);
+
+enum { KIND_W4A8 = 0, KIND_W8A8 = 1, KIND_W8A32 = 2 };
+
+typedef struct {
+    int64_t hidden, num_heads, num_kv_heads, head_dim, intermediate;
+    float eps_in, eps_post, scale;
+    const float *norm_in, *norm_post;
+    const uint8_t *w_qkv, *w_o, *w_gate_up, *w_down;
+    int32_t kind_qkv, kind_o, kind_gate_up, kind_down;
+} aio_layer;
+
+static int project(int kind, const float *x, int64_t M, int64_t K, const uint8_t *w, int64_t N, float *out,
+                   int nthreads) {
+    if (kind == KIND_W4A8) return aio_gemm_w4(x, M, K, K, w, N, out, N, nthreads);
+    if (kind == KIND_W8A8) return aio_gemm_w8(x, M, K, K, w, N, out, N, nthreads);
+    return aio_gemm_w8f(x, M, K, K, w, N, out, N, nthreads);
+}
+
+static void add_into(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* x: the residual stream [T, hidden], updated in place. Returns 0, or -1 when memory ran out. */
+int aio_llama_layer(const aio_layer *L, float *x, int64_t T, const float *cos, const float *signed_sin,
+                    float *k_cache, float *v_cache, int block_size, const int64_t *slot_mapping,
+                    const int64_t *token_seq, const int64_t *visible, const int64_t *block_tables,
+                    int64_t max_blocks, int nthreads) {
+    const int64_t hid = L->hidden, D = L->head_dim, H = L->num_heads, Hkv = L->num_kv_heads;
+    const int64_t q_size = H * D, kv_size = Hkv * D, qkv_width = q_size + 2 * kv_size, inter = L->intermediate;
+    const int64_t widest = qkv_width > 2 * inter ? qkv_width : 2 * inter;
+    float *h = (float *)malloc(sizeof(float) * T * (hid > inter ? hid : inter));
+    float *wide = (float *)malloc(sizeof(float) * T * widest);
+    float *attn = (float *)malloc(sizeof(float) * T * q_size);
+    float *delta = (float *)malloc(sizeof(float) * T * hid);
+    int rc = -1;
+    if (!h || !wide || !attn || !delta) goto done;
+    aio_rmsnorm(x, hid, L->norm_in, h, T, hid, L->eps_in, nthreads);
+    if (project(L->kind_qkv, h, T, hid, L->w_qkv, qkv_width, wide, nthreads)) goto done;
+    aio_rotary(wide, qkv_width, T, (int)(H + Hkv), (int)D, cos, signed_sin);
+    if (aio_paged_attention(wide, qkv_width, wide + q_size, qkv_width, wide + q_size + kv_size, qkv_width, k_cache,
+                            v_cache, slot_mapping, T, token_seq, visible, block_tables, max_blocks, (int)H,
+                            (int)Hkv, (int)D, block_size, L->scale, attn, nthreads))
+        goto done;
+    if (project(L->kind_o, attn, T, q_size, L->w_o, hid, delta, nthreads)) goto done;
+    add_into(x, delta, T * hid);
+    aio_rmsnorm(x, hid, L->norm_post, h, T, hid, L->eps_post, nthreads);
+    if (project(L->kind_gate_up, h, T, hid, L->w_gate_up, 2 * inter, wide, nthreads)) goto done;
+    aio_silu_mul(wide, h, T, inter, nthreads);
+    if (project(L->kind_down, h, T, inter, L->w_down, hid, delta, nthreads)) goto done;
+    add_into(x, delta, T * hid);
+    rc = 0;
+done:
+    free(h);
+    free(wide);
+    free(attn);
+    free(delta);
+    return rc;
+}

@@ -1,0 +1,57 @@
+"""A Llama decoder layer as one native call (tiers/native/layer.c): its weights' pointers gathered once into the
+C struct, then one call per layer and step instead of a dozen Python-level ops."""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from tiers.native.build import NativeKernelError, NativeLibrary
+
+KINDS = {"cpu_w4a8": 0, "cpu_w8a8": 1, "cpu_w8a32": 2}  # layer.c's KIND_*
+
+
+class LayerStruct(ctypes.Structure):
+    _fields_ = [("hidden", ctypes.c_int64), ("num_heads", ctypes.c_int64), ("num_kv_heads", ctypes.c_int64),
+                ("head_dim", ctypes.c_int64), ("intermediate", ctypes.c_int64), ("eps_in", ctypes.c_float),
+                ("eps_post", ctypes.c_float), ("scale", ctypes.c_float), ("norm_in", ctypes.c_void_p),
+                ("norm_post", ctypes.c_void_p), ("w_qkv", ctypes.c_void_p), ("w_o", ctypes.c_void_p),
+                ("w_gate_up", ctypes.c_void_p), ("w_down", ctypes.c_void_p), ("kind_qkv", ctypes.c_int32),
+                ("kind_o", ctypes.c_int32), ("kind_gate_up", ctypes.c_int32), ("kind_down", ctypes.c_int32)]
+
+
+class NativeLayer:
+    """The struct for one decoder layer, and the tensors it points into (kept alive with it)."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+        norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        self.tensors = [p.qweight for p in projections] + list(norms)
+        self.struct = LayerStruct(
+            layer.input_layernorm.weight.shape[0], attn.num_heads, attn.num_kv_heads, attn.head_dim,
+            mlp.intermediate_size, layer.input_layernorm.eps, layer.post_attention_layernorm.eps, attn.attn.scale,
+            norms[0].data_ptr(), norms[1].data_ptr(), *(p.qweight.data_ptr() for p in projections),
+            *(KINDS[p.kernel] for p in projections))
+
+    @staticmethod
+    def supports(layer: torch.nn.Module) -> bool:
+        """Every projection on a native kernel without bias, float32 norms."""
+        attn, mlp = layer.self_attn, layer.mlp
+        projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+        norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        return (all(getattr(p, "kernel", None) in KINDS and p.bias is None for p in projections)
+                and all(n.dtype == torch.float32 and n.is_contiguous() for n in norms) and attn.head_dim <= 1024)
+
+    def forward(self, native: NativeLibrary, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """x float32 [T, hidden] contiguous: updated in place and returned."""
+        token_seq, visible, block_tables = tables
+        if native.lib.aio_llama_layer(
+                ctypes.byref(self.struct), x.data_ptr(), x.shape[0], rope[0].data_ptr(), rope[1].data_ptr(),
+                k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], slot_mapping.data_ptr(),
+                token_seq.data_ptr(), visible.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
+                torch.get_num_threads()):
+            raise NativeKernelError("out of memory in the native decoder layer")
+        return x
