@@ -1,5 +1,6 @@
 """The serving part of benchmarks.quantization: 32 concurrent requests through our engine (continuous batching), with
-and without the dense path for many-row inputs, against llama.cpp serving them one after another."""
+and without the dense path for many-row inputs where it applies (torch's kernels), against llama.cpp serving them
+one after another."""
 from __future__ import annotations
 
 import random
@@ -30,6 +31,14 @@ def engine_serve(engine, requests: list[tuple[list[int], int]]) -> dict[str, Any
     return {"output_tokens": total, "seconds": seconds, "tokens_per_s": total / seconds}
 
 
+def has_torch_kernels(engine) -> bool:
+    """Whether the dense path can apply: it exists for torch's packed kernels only, not the native ones."""
+    from tiers.quantization import QuantizedLinear
+
+    return any(isinstance(m, QuantizedLinear) and m.kernel in ("cpu_int4pack", "cpu_int8pack")
+               for m in engine.runner.model.modules())
+
+
 def set_dense_rows(engine, rows: int | None) -> None:
     """Switches the quantized projections' dense path (EngineConfig.quantized_dense_min_rows) on the loaded weights."""
     from tiers.quantization import QuantizedLinear
@@ -54,10 +63,13 @@ def serve_comparison(engines: dict[str, Any], path: Path, python: str | None, th
         ours.append(engine_serve(engine, requests))
         print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine {ours[-1]['tokens_per_s']:.1f} tok/s",
               file=sys.stderr)
-        set_dense_rows(engine, None)
-        packed.append(engine_serve(engine, requests))
-        print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine, packed kernels only "
-              f"{packed[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+        if has_torch_kernels(engine):
+            set_dense_rows(engine, None)
+            packed.append(engine_serve(engine, requests))
+            print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine, packed kernels only "
+                  f"{packed[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+        else:
+            packed.append(ours[-1])  # native kernels: no dense path to switch
         if worker:
             theirs.append(worker.ask(cmd="serve", requests=requests))
             print(f"serving repeat {rep + 1}: llama.cpp {theirs[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
