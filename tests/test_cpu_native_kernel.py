@@ -152,3 +152,25 @@ def test_without_a_compiler_the_build_says_so(monkeypatch, tmp_path):
     monkeypatch.setenv("AIO_KERNEL_CACHE", str(tmp_path))
     with pytest.raises((NativeKernelError, OSError)):
         build_library(("-O2", "-shared", "-fPIC", "-DUNCACHED_VARIANT"))
+
+
+def test_without_the_native_library_quantized_models_run_torchs_kernels(tmp_path, llama_path):
+    """AIO_CPU_KERNELS=0 (as with no compiler): a fresh process loads an INT4 model on torch's kernels, in bf16,
+    with the torch attention backend, and generates."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "from tiers import Engine, SamplingParams\n"
+        "from tiers.quantization import QuantizedLinear\n"
+        f"e = Engine.from_pretrained({str(llama_path)!r}, quantization='int4', quantization_group_size=32,"
+        " max_model_len=64)\n"
+        "kernels = {m.kernel for m in e.runner.model.modules() if isinstance(m, QuantizedLinear)}\n"
+        "out = e.generate([[1, 2, 3]], SamplingParams(max_tokens=4, temperature=0.0))[0]\n"
+        "print(sorted(kernels), e.runner.dtype, e.runner.attention_backend.name, len(out.token_ids))\n")
+    env = {**os.environ, "AIO_CPU_KERNELS": "0"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "['cpu_int4pack'] torch.bfloat16 torch 4"
