@@ -23,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__F16C__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__F16C__)
 #define AIO_ISA "avx512vnni"
 #define AIO_AVX512 1
 #include <immintrin.h>
@@ -419,7 +420,8 @@ static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const ui
             }
             if (nb & 1) {
                 float part = 0.0f;
-                for (int i = 0; i < QK; i++) part += (float)((const int8_t *)row)[(nb - 1) * QK + i] * x[(nb - 1) * QK + i];
+                const int8_t *wb = (const int8_t *)row + (nb - 1) * QK;
+                for (int i = 0; i < QK; i++) part += (float)wb[i] * x[(nb - 1) * QK + i];
                 s += part * half_to_float(scales[nb - 1]);
             }
             out[(m0 + r) * ldo + n0 + t] = s;

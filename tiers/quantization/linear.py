@@ -5,8 +5,8 @@ The kernel is chosen once, when the layer is built on its device:
 - int4 / int8 on CPU, when the native library builds (tiers.native) and in_features % 32 == 0: "cpu_w4a8"
   (activations quantized to int8 blocks of 32 as llama.cpp does) / "cpu_w8a32" (float32 activations; "cpu_w8a8",
   int8 activations, on request); any float dtype in;
-- otherwise int4 on CPU: torch's `_weight_int4pack_mm_for_cpu` (bf16 activations; needs out_features % 16 == 0 and a group
-  size of 32/64/128/256);
+- otherwise int4 on CPU: torch's `_weight_int4pack_mm_for_cpu` (bf16 activations; needs out_features % 16 == 0
+  and a group size of 32/64/128/256);
 - int8 on CPU: torch's `_weight_int8pack_mm` (bf16 activations: float32 activations take a path ~10x slower);
 - int4 on CUDA with triton importable: the Triton W4A16 kernel (tiers.quantization.triton_w4a16; group sizes that
   are multiples of 32);
@@ -56,7 +56,7 @@ def _int8_cpu_kernel_ok(weight: Int8Weight) -> bool:
 KERNELS = ("dequant", "cpu_int4pack", "cpu_int8pack", "triton_w4a16", "cpu_w4a8", "cpu_w8a8", "cpu_w8a32")
 # cpu_w8a32: INT8 weights with float32 activations, for the lm_head (its input's precision decides the argmax)
 NATIVE_KERNELS = ("cpu_w4a8", "cpu_w8a8", "cpu_w8a32")
-# Families a caller may name instead of one kernel: "native" (cpu_w4a8 / cpu_w8a8 by mode) or "torch" (torch's
+# Families a caller may name instead of one kernel: "native" (cpu_w4a8 / cpu_w8a32 by mode) or "torch" (torch's
 # packed CPU kernels); a family the layer cannot take falls back to the best remaining kernel.
 KERNEL_FAMILIES = ("native", "torch")
 
@@ -102,13 +102,11 @@ class QuantizedLinear(nn.Module):
         # not for the native kernels: their int8 activations are the computation, and they scale as well as a GEMM
         self.dense_min_rows = dense_min_rows if kernel in ("cpu_int4pack", "cpu_int8pack") else None
         self.native = native_library() if kernel in NATIVE_KERNELS else None
+        if kernel == "cpu_int4pack" and self.dense_min_rows is not None:
+            self.register_buffer("nibbles", weight.packed.to(device))  # pack_nibbles' layout, for _dense_weight
         if kernel in NATIVE_KERNELS:
             self.register_buffer("qweight", native_weights.int4_rows(weight, device) if self.mode == "int4"
                                  else native_weights.int8_rows(weight, device))
-        elif kernel == "cpu_int4pack" and self.dense_min_rows is not None:
-            self.register_buffer("nibbles", weight.packed.to(device))  # pack_nibbles' layout, for _dense_weight
-        if kernel in NATIVE_KERNELS:
-            pass
         elif kernel == "cpu_int4pack":
             codes = weight.codes().to(torch.int32)
             self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 2))
@@ -165,8 +163,6 @@ class QuantizedLinear(nn.Module):
     def _dense_weight(self) -> torch.Tensor:
         """The float32 [N, K] weight the packed kernel computes with: (code - 8) * scale + zero with its bf16 scales
         and zeros for int4; the int8 codes for int8 (the per-channel scale is applied after the matmul, as there)."""
-        if self.kernel in NATIVE_KERNELS:
-            return self.dequantized_weight(torch.float32)
         if self.kernel == "cpu_int8pack":
             return self.qweight.float()
         n, k = self.out_features, self.in_features
