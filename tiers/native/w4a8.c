@@ -399,6 +399,43 @@ static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const ui
                          int64_t n0, int NT) {
     if (NT == N_TILE) { W8F_ROWS(N_TILE) } else { W8F_ROWS(1) }
 }
+#elif defined(AIO_AVX2)
+static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const uint8_t *w, float *out, int64_t ldo,
+                         int64_t n0, int NT) {
+    const int64_t nb = K / QK, pairs = nb / 2, stride = row_bytes(K, 1);
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *row = w + (n0 + t) * stride;
+        const uint16_t *scales = (const uint16_t *)(row + K);
+        __m256 acc[ROW_TILE];
+        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t p = 0; p < pairs; p++) {
+            /* 8 floats of the interleaved order: lanes 0-3 the pair's first block, 4-7 its second */
+            const __m256 sw = _mm256_set_m128(_mm_set1_ps(half_to_float(scales[2 * p + 1])),
+                                              _mm_set1_ps(half_to_float(scales[2 * p])));
+            __m256 wf[8];
+            for (int j = 0; j < 8; j++)
+                wf[j] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(row + p * 2 * QK + 8 * j))));
+            for (int r = 0; r < R; r++) {
+                const float *x = xs + (m0 + r) * K + p * 2 * QK;
+                __m256 sum = _mm256_mul_ps(wf[0], _mm256_loadu_ps(x));
+                for (int j = 1; j < 8; j++) sum = _mm256_fmadd_ps(wf[j], _mm256_loadu_ps(x + 8 * j), sum);
+                acc[r] = _mm256_fmadd_ps(sum, sw, acc[r]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            float s = hsum256(acc[r]);
+            if (nb & 1) {
+                const int8_t *wb = (const int8_t *)row + (nb - 1) * QK;
+                const float *x = xs + (m0 + r) * K + (nb - 1) * QK;
+                float b = 0.0f;
+                for (int i = 0; i < QK; i++) b += (float)wb[i] * x[i];
+                s += b * half_to_float(scales[nb - 1]);
+            }
+            out[(m0 + r) * ldo + n0 + t] = s;
+        }
+    }
+}
 #else
 static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const uint8_t *w, float *out, int64_t ldo,
                          int64_t n0, int NT) {
