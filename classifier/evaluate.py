@@ -33,13 +33,15 @@ TABLE_QUALITIES = tuple(np.round(np.arange(0.0, 1.0001, 0.05), 2))
 
 
 class Embeddings:
-    """The default encoder's embeddings, memoised per text (and kept in `cache_dir/embeddings.npz` if given)."""
+    """The training recipe's encoder's embeddings (`RECIPE_ENCODER`), memoised per text (and kept in
+    `cache_dir/embeddings-<encoder>.npz` if given)."""
 
     def __init__(self, cache_dir: str | None = None) -> None:
-        from classifier.encoder import Encoder
+        from classifier.encoder import RECIPE_ENCODER, Encoder
 
-        self.encoder = Encoder.cached()
-        self.path = Path(cache_dir) / "embeddings.npz" if cache_dir else None
+        self.encoder = Encoder.cached(RECIPE_ENCODER)
+        tag = RECIPE_ENCODER.replace("@", "-").replace("=", "").replace(",", "-")
+        self.path = Path(cache_dir) / f"embeddings-{tag}.npz" if cache_dir else None
         self.memo: dict[str, np.ndarray] = {}
         if self.path is not None and self.path.is_file():
             with np.load(self.path, allow_pickle=False) as z:

@@ -140,9 +140,9 @@ class ComplexityClassifier:
             raise ClassifierError(f"validation_fraction must be in [0, 0.5), got {validation_fraction!r}")
         if not 0.0 <= float(knn_weight) <= 1.0 or int(knn_k) < 1:
             raise ClassifierError(f"knn_weight must be in [0, 1] and knn_k >= 1, got {knn_weight!r}, {knn_k!r}")
-        from classifier.encoder import DEFAULT_ENCODER, EncoderError
+        from classifier.encoder import RECIPE_ENCODER, EncoderError
 
-        encoder = DEFAULT_ENCODER if encoder_path is None else str(encoder_path)
+        encoder = RECIPE_ENCODER if encoder_path is None else str(encoder_path)
         tr, va = (np.arange(len(y)), None)
         if validation_fraction > 0:
             tr, va = stratified_split(y, validation_fraction, seed)

@@ -33,12 +33,12 @@ def retrain(since: str | None = typer.Option(None, metavar="DURATION", help="use
         raise fail(str(exc)) from None
     from aio.commands.progress_bar import progress_for_stderr
     from aio.routing.embedding_cache import EmbeddingCache
-    from classifier.encoder import DEFAULT_ENCODER
+    from classifier.encoder import RECIPE_ENCODER
 
     with database(config) as engine:
         current = load_classifier(None, engine)
         cache = None if os.environ.get("AIO_RETRAIN_NO_CACHE") else \
-            EmbeddingCache.for_encoder(settings.home / "embeddings", DEFAULT_ENCODER)
+            EmbeddingCache.for_encoder(settings.home / "embeddings", RECIPE_ENCODER)
         try:
             report = run_retrain(engine, current, settings.home / "classifiers", since=window, margin=margin,
                                  dry_run=dry_run, if_due=if_due, seed_path=seed_data, use_seed=not no_seed,

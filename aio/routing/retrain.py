@@ -175,13 +175,16 @@ class RetrainReport:
         return asdict(self)
 
 
-def _default_train(texts: list[str], labels: list[int], n_tiers: int, embeddings: np.ndarray | None = None):
-    """With cached embeddings: the embedding head only (fine-tuning would encode every text again, each epoch)."""
+def _default_train(texts: list[str], labels: list[int], n_tiers: int, embeddings: np.ndarray | None = None,
+                   encoder: str | None = None):
+    """With cached embeddings (from `encoder`, the cache's): the embedding head only (fine-tuning would encode
+    every text again, each epoch)."""
     from classifier import ComplexityClassifier
 
     if embeddings is None:
         return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers)
-    return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers, head="sklearn", embeddings=embeddings)
+    return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers, head="sklearn", embeddings=embeddings,
+                                      encoder_path=encoder)
 
 
 class _Stages:
@@ -268,7 +271,8 @@ def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, 
     stage(f"fitting on {len(train_set)} examples")
     try:
         if default_trainer:
-            candidate = train(train_set.texts, train_set.labels, n_tiers, embeddings=train_vectors)
+            candidate = train(train_set.texts, train_set.labels, n_tiers, embeddings=train_vectors,
+                              encoder=None if cache is None else cache.encoder_name)
         else:
             candidate = train(train_set.texts, train_set.labels, n_tiers)
     except Exception as exc:  # bad data or a broken encoder: report it, the current classifier stays
