@@ -140,6 +140,14 @@ static inline float tail_share(const quantized_rows *a, int64_t m, int64_t K, co
 #if defined(AIO_AVX512)
 static inline __m512 bcast_pair(const float *s) { return _mm512_castpd_ps(_mm512_set1_pd(*(const double *)s)); }
 
+/* the rows PREFETCH_TILES tiles ahead, into L2: the hardware prefetcher alone left decode waiting on memory.
+ * always_inline: as a call it made the tiles' accumulators leave registers (a third of decode speed, measured) */
+static inline __attribute__((always_inline)) void prefetch_rows(const uint8_t *w, int64_t n0, int NT,
+                                                                int64_t stride) {
+    const char *ahead = (const char *)(w + (n0 + PREFETCH_TILES * NT) * stride);
+    for (int64_t off = 0; off < NT * stride; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T1);
+}
+
 /* two fp16 -> [s0, s1, s0, s1, ...] */
 static inline __m512 bcast_half_pair(const uint16_t *s) {
     return _mm512_cvtph_ps(_mm256_set1_epi32(*(const int32_t *)s));
@@ -156,11 +164,7 @@ static inline __attribute__((always_inline)) void tile(const quantized_rows *a, 
     __m512 acc[N_TILE][ROW_TILE];
     for (int t = 0; t < NT; t++)
         for (int r = 0; r < R; r++) acc[t][r] = _mm512_setzero_ps();
-    /* the rows PREFETCH_TILES tiles ahead, into L2: the hardware prefetcher alone left decode waiting on memory.
-     * Written out here and in tile_w8f, as is the tile loop in gemm and aio_gemm_w8f: factored into functions, they
-     * cost a third of the decode speed (measured: the accumulators left registers). */
-    const char *ahead = (const char *)(w + (n0 + PREFETCH_TILES * NT) * stride);
-    for (int64_t off = 0; off < NT * stride; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T1);
+    prefetch_rows(w, n0, NT, stride);
     for (int64_t p = 0; p < pairs; p++) {
         __m512i qa[ROW_TILE];
         __m512 sa[ROW_TILE];
@@ -354,8 +358,7 @@ static inline __attribute__((always_inline)) void tile_w8f(const float *xs, int6
     __m512 acc[N_TILE][ROW_TILE];
     for (int t = 0; t < NT; t++)
         for (int r = 0; r < R; r++) acc[t][r] = _mm512_setzero_ps();
-    const char *ahead = (const char *)(w + (n0 + PREFETCH_TILES * NT) * stride);
-    for (int64_t off = 0; off < NT * stride; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T1);
+    prefetch_rows(w, n0, NT, stride);
     for (int64_t p = 0; p < pairs; p++) {
         for (int t = 0; t < NT; t++) {
             const uint8_t *row = w + (n0 + t) * stride;
@@ -467,22 +470,35 @@ static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const ui
 }
 #endif
 
-int aio_gemm_w8f(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
-                 int64_t ldo, int nthreads) {
-    float *xs = (float *)aligned_alloc(64, ((sizeof(float) * M * K + 63) / 64) * 64);
-    if (!xs) return -1;
-    for (int64_t m = 0; m < M; m++) interleave_row(x + m * ldx, K, xs + m * K);
+/* Output columns in chunks of N_CHUNK over the threads, tiles of N_TILE weight rows x ROW_TILE activation rows:
+ * through dot_rows_w8f (float activations xs) or dot_rows (int8 activations a). */
+static inline __attribute__((always_inline)) void run_tiles(const quantized_rows *a, const float *xs,
+        const uint8_t *w, int64_t M, int64_t K, int64_t N, float *out, int64_t ldo, int is_w8, const int float_acts,
+        int nthreads) {
     const int64_t chunks = (N + N_CHUNK - 1) / N_CHUNK;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (N * M * K >= 262144)
     for (int64_t c = 0; c < chunks; c++) {
         const int64_t n_end = (c + 1) * N_CHUNK < N ? (c + 1) * N_CHUNK : N;
         for (int64_t n0 = c * N_CHUNK; n0 < n_end;) {
             const int NT = n_end - n0 >= N_TILE ? N_TILE : 1;
-            for (int64_t m0 = 0; m0 < M; m0 += ROW_TILE)
-                dot_rows_w8f(xs, m0, (int)(M - m0 < ROW_TILE ? M - m0 : ROW_TILE), K, w, out, ldo, n0, NT);
+            for (int64_t m0 = 0; m0 < M; m0 += ROW_TILE) {
+                const int R = (int)(M - m0 < ROW_TILE ? M - m0 : ROW_TILE);
+                if (float_acts)
+                    dot_rows_w8f(xs, m0, R, K, w, out, ldo, n0, NT);
+                else
+                    dot_rows(a, m0, R, K, w, is_w8, out, ldo, n0, NT);
+            }
             n0 += NT;
         }
     }
+}
+
+int aio_gemm_w8f(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
+                 int64_t ldo, int nthreads) {
+    float *xs = (float *)aligned_alloc(64, ((sizeof(float) * M * K + 63) / 64) * 64);
+    if (!xs) return -1;
+    for (int64_t m = 0; m < M; m++) interleave_row(x + m * ldx, K, xs + m * K);
+    run_tiles(NULL, xs, w, M, K, N, out, ldo, 0, 1, nthreads);
     free(xs);
     return 0;
 }
@@ -496,17 +512,7 @@ static int gemm(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t
         free_rows(&a);
         return -1;
     }
-    const int64_t chunks = (N + N_CHUNK - 1) / N_CHUNK;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (N * M * K >= 262144)
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t n_end = (c + 1) * N_CHUNK < N ? (c + 1) * N_CHUNK : N;
-        for (int64_t n0 = c * N_CHUNK; n0 < n_end;) {
-            const int NT = n_end - n0 >= N_TILE ? N_TILE : 1;
-            for (int64_t m0 = 0; m0 < M; m0 += ROW_TILE)
-                dot_rows(&a, m0, (int)(M - m0 < ROW_TILE ? M - m0 : ROW_TILE), K, w, is_w8, out, ldo, n0, NT);
-            n0 += NT;
-        }
-    }
+    run_tiles(&a, NULL, w, M, K, N, out, ldo, is_w8, 0, nthreads);
     free_rows(&a);
     return 0;
 }
