@@ -50,15 +50,11 @@ def quantize_int8(weight: torch.Tensor, blockwise: bool = False) -> Int8Weight:
     32 input features (scale = max|w| / 127, GGUF Q8_0's rule: lossless on weights that were Q8_0 already)."""
     if weight.dim() != 2:
         raise QuantizationError(f"expected a 2-D weight, got shape {tuple(weight.shape)}")
-    if blockwise:
-        n, k = weight.shape
-        if k % BLOCK:
-            raise QuantizationError(f"blockwise INT8 needs in_features % {BLOCK} == 0, got {k}")
-        w = weight.detach().float().view(n, k // BLOCK, BLOCK)
-        scales = w.abs().amax(-1) / 127
-        q = (w / scales.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)).round().clamp(-127, 127)
-        return Int8Weight(q.to(torch.int8).view(n, k), scales.contiguous())
-    w = weight.detach().float()
+    n, k = weight.shape
+    if blockwise and k % BLOCK:
+        raise QuantizationError(f"blockwise INT8 needs in_features % {BLOCK} == 0, got {k}")
+    group = BLOCK if blockwise else k
+    w = weight.detach().float().view(n, k // group, group)
     scales = (w.abs().amax(-1) / 127).clamp_min(torch.finfo(torch.float32).tiny)
-    q = (w / scales.unsqueeze(-1)).round().clamp(-127, 127).to(torch.int8)
-    return Int8Weight(q, scales)
+    q = (w / scales.unsqueeze(-1)).round().clamp(-127, 127).to(torch.int8).view(n, k)
+    return Int8Weight(q, scales.contiguous() if blockwise else scales.view(n))
