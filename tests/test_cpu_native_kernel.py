@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tiers.quantization import QuantizedLinear, quantize_int4, quantize_int8
-from tiers.quantization.cpu_native import (BLOCK, DEFAULT_FLAGS, NativeKernelError, build_library, gemm,
-                                           native_library, pack_w4, pack_w8, unpack_w4, unpack_w8)
+from tiers.native import DEFAULT_FLAGS, NativeKernelError, build_library, native_library
+from tiers.quantization.cpu_native import BLOCK, gemm, pack_w4, pack_w8, unpack_w4, unpack_w8
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(native_library() is None, reason="the native kernel does not build here")]

@@ -12,7 +12,7 @@ from torch import nn
 from tiers.quantization import (Int4Weight, QuantizationError, QuantizedLinear, awq_gemm_to_int4, quantize_int4,
                                 quantize_int8, quantize_model)
 from tiers.quantization.awq import AWQ_ORDER
-from tiers.quantization.cpu_native import native_library
+from tiers.native import native_library
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -5,8 +5,6 @@ import logging
 
 import pytest
 import torch
-
-from tiers.quantization.cpu_native import native_library
 from torch import nn
 
 from quant_helpers import prefill_logits
@@ -14,6 +12,7 @@ from test_engine_equality import engine_greedy, make_prompts
 from tiers import Engine, EngineConfig
 from tiers.models.loader import load_model
 from tiers.models.config import ModelConfig
+from tiers.native import native_library
 from tiers.quantization import QuantizedLinear, quantize_int4, quantize_int8
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiers.quantization.cpu_native import native_library
-
 from quant_helpers import prefill_logits
 from test_gguf import SMOLLM2, needs_smollm2
 from tiers import Engine, EngineConfig, SamplingParams
 from tiers.models.assemble import weight_bytes
 from tiers.models.gguf import load_gguf
+from tiers.native import native_library
 from tiers.quantization import Int4Weight, QuantizedLinear, quantize_int4
 
 pytestmark = needs_smollm2

@@ -31,8 +31,9 @@ class ModelRunner:
                                            config.quantized_kernel)
         if config.attention_backend is None and device.type == "cpu" and dtype == torch.float32 and \
                 native_quantized(self.model):
-            self.model.use_native_ops(native_library())
-            self.attention_backend = NativeCPUAttentionBackend(native_library())
+            native = native_library()
+            self.model.use_native_ops(native)
+            self.attention_backend = NativeCPUAttentionBackend(native)
         self.num_blocks = num_kv_blocks(config, model_config, device, dtype, extra_kv_bytes_per_block)
         self.kv_cache = KVCache(model_config, self.num_blocks, self.block_size, dtype, device)
 

@@ -19,7 +19,7 @@ from tiers.models.gguf.reader import GGUFCheckpoint, GGUFError, load_gguf
 from tiers.models.llama import LlamaForCausalLM
 from tiers.models.loader import load_model
 from tiers.models.tokenizer import load_tokenizer
-from tiers.quantization.cpu_native import native_library
+from tiers.native import native_library
 from tiers.quantization.int4 import Int4Weight
 from tiers.quantization.linear import quantize_lm_head, quantize_model
 

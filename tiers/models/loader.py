@@ -10,7 +10,7 @@ from safetensors import safe_open
 
 from tiers.models.config import ModelConfig, UnsupportedModelError
 from tiers.models.llama import LlamaForCausalLM
-from tiers.quantization.cpu_native import native_library
+from tiers.native import native_library
 
 IGNORED_WEIGHT_SUFFIXES = ("rotary_emb.inv_freq",)
 

@@ -108,5 +108,3 @@ def native_library(flags: tuple[str, ...] = DEFAULT_FLAGS) -> NativeLibrary | No
                 log.warning("native CPU INT4/INT8 kernel unavailable (%s); quantized layers use torch's kernels", e)
                 _cache[flags] = None
         return _cache[flags]
-
-

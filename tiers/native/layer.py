@@ -25,8 +25,7 @@ class NativeLayer:
 
     def __init__(self, layer: torch.nn.Module) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-        norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        projections, norms = _parts(layer)
         self.tensors = [p.qweight for p in projections] + list(norms)
         self.struct = LayerStruct(
             layer.input_layernorm.weight.shape[0], attn.num_heads, attn.num_kv_heads, attn.head_dim,
@@ -37,11 +36,10 @@ class NativeLayer:
     @staticmethod
     def supports(layer: torch.nn.Module) -> bool:
         """Every projection on a native kernel without bias, float32 norms."""
-        attn, mlp = layer.self_attn, layer.mlp
-        projections = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
-        norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        projections, norms = _parts(layer)
         return (all(getattr(p, "kernel", None) in KINDS and p.bias is None for p in projections)
-                and all(n.dtype == torch.float32 and n.is_contiguous() for n in norms) and attn.head_dim <= 1024)
+                and all(n.dtype == torch.float32 and n.is_contiguous() for n in norms)
+                and layer.self_attn.head_dim <= 1024)
 
     def forward(self, native: NativeLibrary, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
@@ -55,3 +53,10 @@ class NativeLayer:
                 torch.get_num_threads()):
             raise NativeKernelError("out of memory in the native decoder layer")
         return x
+
+
+def _parts(layer: torch.nn.Module) -> tuple[tuple[torch.nn.Module, ...], tuple[torch.Tensor, torch.Tensor]]:
+    """(qkv, o, gate_up, down projections; the two norms' weights), in layer.c's order."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return ((attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj),
+            (layer.input_layernorm.weight, layer.post_attention_layernorm.weight))

@@ -10,8 +10,7 @@ from functools import lru_cache
 
 import torch
 
-from tiers.native import (DEFAULT_FLAGS, NativeKernelError, NativeLibrary, build_library,  # noqa: F401
-                          native_library)
+from tiers.native import NativeKernelError, NativeLibrary
 
 BLOCK = 32  # input features per weight / activation block
 

@@ -26,7 +26,8 @@ from torch import nn
 from tiers.quantization.int4 import Int4Weight, QuantizationError, quantize_int4, unpack_nibbles
 from tiers.quantization.int8 import Int8Weight, quantize_int8
 from tiers.quantization import native_weights
-from tiers.quantization.cpu_native import gemm, native_library
+from tiers.native import native_library
+from tiers.quantization.cpu_native import gemm
 
 INT4_CPU_GROUP_SIZES = (32, 64, 128, 256)
 # The projections of tiers.models.llama (and their unfused Hugging Face names). lm_head / embed_tokens stay as is.
