@@ -28,10 +28,11 @@ def test_hard_prompts_score_above_easy_ones(scored):
 def test_chit_chat_never_needs_the_large_tier(scored):
     chat, proba = scored
     chit = [i for i, (c, d) in enumerate(zip(chat.categories, chat.difficulty)) if c == "greeting" and d == 1]
-    assert len(chit) >= 14
+    assert len(chit) >= 25
     tiers = rm.route_tiers(proba[chit], 0.5)  # the default quality knob
     assert (tiers == 0).all(), [chat.texts[chit[i]] for i in np.nonzero(tiers)[0]]
-    assert (rm.route_tiers(proba[chit], 0.9) < 2).mean() >= 0.8  # at a demanding knob, most still stay off large
+    demanding = rm.route_tiers(proba[chit], 0.9)  # even at a demanding knob, none goes to the large tier
+    assert (demanding < 2).all(), [chat.texts[chit[i]] for i in np.nonzero(demanding == 2)[0]]
 
 
 def test_issue_examples_rank_sensibly():

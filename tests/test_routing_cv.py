@@ -82,12 +82,13 @@ def test_three_tier_cost_at_accuracy():
 
 def test_chat_files_are_well_formed_and_disjoint():
     sanity, train = load_chat(SANITY_PATH), load_chat(TRAIN_PATH)
-    assert len(sanity.texts) >= 150 and len(train.texts) >= 140
-    assert not set(sanity.texts) & set(train.texts)
+    assert len(sanity.texts) >= 300 and len(train.texts) >= 240
+    folded = {t.strip().lower() for t in sanity.texts}
+    assert len(folded) == len(sanity.texts) and not folded & {t.strip().lower() for t in train.texts}
     wanted = {"greeting", "arithmetic", "code", "systems", "writing", "knowledge", "reasoning", "data", "summary"}
     assert set(sanity.categories) == wanted == set(train.categories)
     pairs = explicit_pairs(sanity)
-    assert len(pairs) >= 30
+    assert len(pairs) >= 50
     for e, h in pairs:
         assert sanity.difficulty[e] <= 2 and sanity.difficulty[h] >= 4 and sanity.categories[e] == sanity.categories[h]
 
