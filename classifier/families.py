@@ -5,7 +5,9 @@ inputs (embeddings `e`, cheap signals `f`):
 - `logistic-emb`: the same on the embedding only (the plain MiniLM + logistic-regression baseline);
 - `knn`: k nearest neighbours by cosine, shrunk to the prior (`classifier.knn_head`);
 - `mlp`: a one-hidden-layer network on embeddings ⊕ signals (scikit-learn);
-- `ensemble`: a weighted mean of the logistic head's and the kNN head's probabilities.
+- `ensemble`: a weighted mean of the logistic head's and the kNN head's probabilities;
+- `finetune`: RouteLLM's BERT-style classifier: the encoder fine-tuned end to end (`classifier.finetune`, the
+  recipe's `head="finetune"`, without its validation split); needs the texts.
 
 RouteLLM's matrix-factorisation router scores a query as w·((v_strong − v_weak) ⊙ (W e + b)): for a fixed pair
 of tiers that is linear in the embedding e, i.e. a rank-restricted logistic regression on e, so `logistic-emb`
@@ -28,6 +30,7 @@ class Inputs:
     y: np.ndarray  # (n,) labels
     w: np.ndarray | None = None  # (n,) sample weights
     n_tiers: int = 2
+    texts: list[str] | None = None  # for the families that read text, not embeddings
     cache: dict = field(default_factory=dict)
 
     @property
@@ -67,4 +70,14 @@ def ensemble(d: Inputs, train, test, c: float = 1e-3, k: int = 50, prior_strengt
             + knn_weight * knn(d, train, test, k, prior_strength))
 
 
-FAMILIES = {"logistic": logistic, "knn": knn, "mlp": mlp, "ensemble": ensemble}
+def finetune(d: Inputs, train, test, seed: int = 0, encoder: str | None = None) -> np.ndarray:
+    from classifier.encoder import DEFAULT_ENCODER
+    from classifier.finetune import train_finetuned
+
+    assert d.texts is not None, "the finetune family needs Inputs.texts"
+    model, _ = train_finetuned(d.texts, d.y, d.w, d.n_tiers, np.asarray(train), None,
+                               encoder=encoder or DEFAULT_ENCODER, seed=seed)
+    return model.predict_proba([d.texts[i] for i in test])
+
+
+FAMILIES = {"logistic": logistic, "knn": knn, "mlp": mlp, "ensemble": ensemble, "finetune": finetune}

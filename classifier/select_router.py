@@ -34,7 +34,14 @@ GRID = {
     "ensemble C=1e-3 k=100 w=0.3": partial(families.ensemble, c=1e-3, k=100, knn_weight=0.3),
     "ensemble C=1e-3 k=100 w=0.5": partial(families.ensemble, c=1e-3, k=100, knn_weight=0.5),
     "ensemble C=1e-3 k=100 w=0.7": partial(families.ensemble, c=1e-3, k=100, knn_weight=0.7),
+    "finetune (BERT-style, 2 epochs)": families.finetune,  # minutes per fold on a 2-core CPU: ask for it
 }
+
+
+def pick_grid(families_arg: str) -> dict:
+    """The grid rows whose labels contain one of the comma-separated substrings; all but finetune when empty."""
+    wanted = [w for w in families_arg.split(",") if w]
+    return {k: v for k, v in GRID.items() if (any(w in k for w in wanted) if wanted else not k.startswith("finetune"))}
 
 
 def benchmark(name: str, emb, data_dir=None):
@@ -45,7 +52,8 @@ def benchmark(name: str, emb, data_dir=None):
         parts = [load_routellm(name, s, data_dir) for s in ("train", "dev")]
     texts = parts[0].texts + parts[1].texts
     correct = np.vstack([p.correct for p in parts])
-    inputs = families.Inputs(emb(texts), feature_matrix(texts), cheapest_correct(correct), None, correct.shape[1])
+    inputs = families.Inputs(emb(texts), feature_matrix(texts), cheapest_correct(correct), None, correct.shape[1],
+                             texts=texts)
     return texts, inputs, correct
 
 
@@ -112,15 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--boot", type=int, default=500)
     parser.add_argument("--only", default="gsm8k,mmlu,zeroeval,chat")
-    parser.add_argument("--families", default="", help="comma-separated substrings of the grid labels to run")
+    parser.add_argument("--families", default="", help="comma-separated substrings of the grid labels to run "
+                        "(default: all but finetune, which takes minutes per fold)")
     parser.add_argument("--chat-weights", default="1,5,20,50", type=lambda s: [float(v) for v in s.split(",")])
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from classifier.evaluate import Embeddings
 
     emb = Embeddings(args.cache_dir)
-    wanted = [w for w in args.families.split(",") if w]
-    grid = {k: v for k, v in GRID.items() if not wanted or any(w in k for w in wanted)}
+    grid = pick_grid(args.families)
     only = args.only.split(",")
     for name in (*ROUTELLM_SETS, "zeroeval"):
         if name in only:

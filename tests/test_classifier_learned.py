@@ -304,6 +304,19 @@ def test_finetuned_head_on_a_local_distilbert(tiny_distilbert, tmp_path):
     assert loaded.kind == "finetuned" and np.abs(loaded.predict_proba(held_out) - proba).max() < 1e-6
 
 
+def test_finetune_family_for_cross_validation(tiny_distilbert):
+    from classifier import families
+    from classifier.select_router import GRID, pick_grid
+
+    texts, labels = synthetic(8, seed=5)
+    d = families.Inputs(np.zeros((len(texts), 1)), np.zeros((len(texts), 0)), np.asarray(labels), None, 2,
+                        texts=texts)
+    proba = families.finetune(d, np.arange(0, len(texts), 2), np.arange(1, len(texts), 2), encoder=str(tiny_distilbert))
+    assert proba.shape == (len(texts) // 2, 2) and np.allclose(proba.sum(axis=1), 1.0)
+    assert not any(k.startswith("finetune") for k in pick_grid(""))  # minutes per fold: only when asked for
+    assert list(pick_grid("finetune")) == [k for k in GRID if k.startswith("finetune")]
+
+
 def test_auto_head_keeps_the_lower_validation_loss(tiny_distilbert):
     texts, labels = synthetic(16, seed=12)
     clf = ComplexityClassifier.train(texts, labels, n_tiers=2, head="auto", encoder_path=str(tiny_distilbert))
