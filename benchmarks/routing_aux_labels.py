@@ -9,6 +9,11 @@ fold gets, for every training question with Qwen outcomes, a copy labelled with 
 at `weight` (0: the shipped recipe alone); test folds hold the original questions only, scored against the
 Llama outcomes. Same head as the shipped default (logistic on embedding + signals, C = 1e-3), same grouped,
 repeated 5-fold cross-validation and metrics as `classifier.select_router`; a study, not a test.
+
+A bound follows, on the questions with Qwen outcomes: the same head given the Qwen trio's outcomes on the very
+question as three more inputs. No router has those at serving time; if even they do not lower the cost for 98%,
+then how hard a question is for another family of the same sizes says little about which Llama tier solves it,
+and a router reading the question alone cannot be expected to do better.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import os
 import numpy as np
 
 from classifier import cv_report, families
-from classifier.cv import bootstrap, fmt, grouped_folds, near_duplicate_groups
+from classifier.cv import fmt, grouped_folds, near_duplicate_groups
 from classifier.data import ZEROEVAL_COSTS, cheapest_correct, load_zeroeval
 from classifier.features import feature_matrix
 
@@ -40,6 +45,29 @@ def out_of_fold(d: families.Inputs, aux_y: np.ndarray, has_aux: np.ndarray, weig
             assert len(rows) == len(x)
             out[r, test] = head.proba(d.x[test])
     return out
+
+
+def bound(d: families.Inputs, aux: np.ndarray, tasks: list[str], has_aux: np.ndarray, correct: np.ndarray,
+          groups: np.ndarray, args) -> None:
+    from classifier.cv import cross_val_proba
+
+    rows = np.nonzero(has_aux)[0]
+    task_onehot = np.array([[t == name for name in sorted(set(tasks))] for t in tasks], dtype=np.float32)
+    qwen = np.nan_to_num(aux).astype(np.float32)
+    none = np.zeros((len(d.y), 0), dtype=np.float32)
+    variants = {  # label: (embedding, extra inputs, C)
+        "question text (the shipped inputs)": (d.e, d.f, 1e-3),
+        "question text + Qwen outcomes": (d.e, np.hstack([d.f, qwen]), 1e-3),
+        "Qwen outcomes + task only": (none, np.hstack([qwen, task_onehot]), 1.0),
+    }
+    print(f"bound on the {len(rows)} questions with Qwen outcomes (MATH-L5 and CRUX):")
+    for label, (e, f, c) in variants.items():
+        sub = families.Inputs(e[rows], f[rows], d.y[rows], None, d.n_tiers)
+        oof = cross_val_proba(lambda tr, te: families.logistic(sub, tr, te, c), len(rows), d.n_tiers, groups[rows],
+                              args.folds, args.repeats)
+        report = cv_report.three_tier(oof, correct[rows], ZEROEVAL_COSTS, args.boot)
+        print(f"  {label:36s}: cost for 98% {fmt(report['cost_at_98'], True)}; accuracy within 75% of its cost "
+              f"{fmt(report['acc_at_75'], True)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         report = cv_report.three_tier(oof, correct, ZEROEVAL_COSTS, args.boot)
         print(f"  qwen weight {weight:<4}: cost for 98% of always-large accuracy {fmt(report['cost_at_98'], True)}; "
               f"accuracy within 75% of its cost {fmt(report['acc_at_75'], True)}", flush=True)
+    bound(d, aux, parts[0].groups + parts[1].groups, has_aux, correct, groups, args)
     return 0
 
 

@@ -39,6 +39,18 @@ def fit_temperature(logits: np.ndarray, y: np.ndarray, w: np.ndarray | None = No
     return float(math.exp((lo + hi) / 2))
 
 
+def calibration_error(p: np.ndarray, event: np.ndarray, bins: int = 10) -> float:
+    """Expected calibration error of probabilities `p` for a yes/no `event`: over `bins` equal-width bins of p,
+    the mean |mean p − observed frequency|, weighted by the bin's share of rows."""
+    p, event = np.asarray(p, dtype=np.float64), np.asarray(event, dtype=np.float64)
+    which = np.minimum((p * bins).astype(np.int64), bins - 1)
+    total = 0.0
+    for b in np.unique(which):
+        rows = which == b
+        total += rows.sum() * abs(p[rows].mean() - event[rows].mean())
+    return float(total / len(p)) if len(p) else float("nan")
+
+
 def val_metrics(proba: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> dict[str, float]:
     m = {"val_log_loss": round(log_loss(np.clip(proba, 1e-12, 1), y, w), 5),
          "val_accuracy": round(float(np.average(proba.argmax(axis=1) == y, weights=w)), 5)}

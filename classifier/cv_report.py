@@ -68,6 +68,26 @@ def three_tier(oof: np.ndarray, correct: np.ndarray, costs, n_boot: int = 300, s
     return {"cost_at_98": stat(cost_at_accuracy), "acc_at_75": stat(accuracy_at_cost)}
 
 
+def calibration(oof: np.ndarray, labels: np.ndarray, n_boot: int = 300, seed: int = 0) -> dict:
+    """Expected calibration error of each P(tier t is good enough) = P(label ≤ t), for every tier but the last
+    (which always is), against whether the cheapest good tier was ≤ t; keys `ece_le_<t>`."""
+    from classifier.calibration import calibration_error
+
+    cumulative = np.cumsum(oof, axis=2)
+    labels = np.asarray(labels)
+    out = {}
+    for t in range(oof.shape[2] - 1):
+        out[f"ece_le_{t}"] = bootstrap(lambda idx, t=t: float(np.mean(
+            [calibration_error(cumulative[r, idx, t], labels[idx] <= t) for r in range(oof.shape[0])])),
+            len(labels), n_boot, seed)
+    return out
+
+
+def format_calibration(report: dict, tiers) -> str:
+    return "calibration error (ECE, 10 bins) of P(tier is good enough): " + ", ".join(
+        f"{tiers[t]} {fmt(report[f'ece_le_{t}'])}" for t in range(len(tiers) - 1))
+
+
 def format_two_tier(report: dict) -> str:
     return (f"CPT(50%) {fmt(report['cpt50'], True)}  APGR {fmt(report['apgr'])}  PGR@20/30/50% "
             + " / ".join(fmt(report[f"pgr{int(c * 100)}"]) for c in PGR_SHARES))

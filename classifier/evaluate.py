@@ -10,6 +10,8 @@ bootstrap interval over queries (`classifier.cv_report`). No single dev split, n
 - ZeroEval, three tiers (Llama trio; $0.0001 / $0.0005 / $0.003 per request): the router's rule swept over the
   quality knob q; the cost needed for 98% of always-large accuracy, the accuracy within 75% of its cost; the curve
   (out-of-fold, first repeat) is drawn to `docs/routing_cost_accuracy.png`;
+- every data set: the calibration of the score the router thresholds, P(tier t is good enough), as the expected
+  calibration error over 10 bins, out of fold;
 - chat: the shipped default against the hand-labelled chat sanity set (`classifier/data`): Kendall's tau, the
   share of explicit easy/hard pairs and of same-category clearly-easy/clearly-hard pairs ordered right, and the
   tier chit-chat gets.
@@ -88,9 +90,12 @@ def evaluate_routellm(name: str, args, emb) -> dict:
     texts, correct = parts[0].texts + parts[1].texts, np.vstack([p.correct for p in parts])
     print(f"RouteLLM {name} (weak {correct[:, 0].mean():.3f}, strong {correct[:, 1].mean():.3f}; random routing: "
           f"CPT 50%, APGR ~0.55)", flush=True)
-    oof = recipe_cv(texts, cheapest_correct(correct), 2, emb, args)
+    labels = cheapest_correct(correct)
+    oof = recipe_cv(texts, labels, 2, emb, args)
     report = cv_report.two_tier(oof, correct[:, 0], correct[:, 1], n_boot=args.boot, seed=args.seed)
     print("  " + cv_report.format_two_tier(report), flush=True)
+    report.update(cv_report.calibration(oof, labels, n_boot=max(100, args.boot // 5), seed=args.seed))
+    print("  " + cv_report.format_calibration(report, ("weak", "strong")), flush=True)
     return report
 
 
@@ -98,7 +103,8 @@ def evaluate_zeroeval(args, emb) -> dict:
     parts = [load_zeroeval(s, args.data_dir) for s in ("train", "dev")]
     texts, correct = parts[0].texts + parts[1].texts, np.vstack([p.correct for p in parts])
     print(f"\nZeroEval 3 tiers (Llama {'/'.join(ZEROEVAL_TIERS)})", flush=True)
-    oof = recipe_cv(texts, cheapest_correct(correct), 3, emb, args)
+    labels = cheapest_correct(correct)
+    oof = recipe_cv(texts, labels, 3, emb, args)
     top = correct[:, -1].mean()
     for t, name in enumerate(ZEROEVAL_TIERS):
         acc = correct[:, t].mean()
@@ -116,6 +122,8 @@ def evaluate_zeroeval(args, emb) -> dict:
               f"{r['share_0']:5.1%} {r['share_1']:6.1%} {r['share_2']:6.1%}")
     report = cv_report.three_tier(oof, correct, ZEROEVAL_COSTS, n_boot=max(100, args.boot // 5), seed=args.seed)
     print("  " + cv_report.format_three_tier(report), flush=True)
+    report.update(cv_report.calibration(oof, labels, n_boot=max(100, args.boot // 5), seed=args.seed))
+    print("  " + cv_report.format_calibration(report, ZEROEVAL_TIERS), flush=True)
     plot(rows, correct, rm.best_operating_point(rows, 0.98), Path(args.plot))
     return report
 

@@ -87,7 +87,7 @@ def chat_mix(emb, data_dir=None, chat_weight: float = 5.0):
     all_texts = texts + chat.texts
     y = np.concatenate([np.asarray(labels), difficulty_to_tier(chat.difficulty)])
     w = np.concatenate([np.ones(len(texts)), np.full(len(chat.texts), chat_weight)])
-    d = families.Inputs(emb(all_texts), feature_matrix(all_texts), y, w, 3)
+    d = families.Inputs(emb(all_texts), feature_matrix(all_texts), y, w, 3, texts=all_texts)
     return d, np.arange(len(texts), len(all_texts)), chat
 
 

@@ -78,6 +78,23 @@ def test_three_tier_cost_at_accuracy():
     assert cv_report.accuracy_at_cost(perfect, correct, costs, 0.2) == pytest.approx(0.5)  # all on the small tier
 
 
+def test_calibration_error_tells_calibrated_from_overconfident():
+    from classifier.calibration import calibration_error
+
+    rng = np.random.default_rng(0)
+    p = rng.random(20000)
+    event = rng.random(20000) < p
+    assert calibration_error(p, event) < 0.02
+    assert calibration_error(np.clip(1.5 * p - 0.25, 0, 1), event) > 0.06  # pushed towards 0 and 1
+    assert calibration_error(np.full(8, 0.5), np.array([1, 0] * 4)) == 0.0
+    # cv_report reads P(label <= t) from per-tier probabilities: a calibrated 3-tier oof scores low on both
+    labels = rng.integers(0, 3, 6000)
+    oof = np.full((1, 6000, 3), 1 / 3)
+    report = cv_report.calibration(oof, labels, n_boot=20)
+    assert set(report) == {"ece_le_0", "ece_le_1"} and all(v[0] < 0.03 for v in report.values())
+    assert cv_report.calibration(np.tile([0.9, 0.05, 0.05], (1, 6000, 1)), labels, n_boot=20)["ece_le_0"][0] > 0.5
+
+
 # ---- the chat sets -----------------------------------------------------------------------------------------
 
 def test_chat_files_are_well_formed_and_disjoint():
