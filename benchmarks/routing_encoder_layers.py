@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from classifier import cv_report, families
-from classifier.cv import cross_val_proba, fmt, near_duplicate_groups
+from classifier.cv import cross_val_proba, near_duplicate_groups
 from classifier.data import ZEROEVAL_COSTS, cheapest_correct, load_routellm, load_zeroeval
 from classifier.features import feature_matrix
 
@@ -67,12 +67,7 @@ def study(name: str, args) -> None:
         d = families.Inputs(embeddings[variant], signals, labels, None, correct.shape[1])
         oof = cross_val_proba(lambda tr, te: families.logistic(d, tr, te, 1e-3), len(texts), d.n_tiers, groups,
                               args.folds, args.repeats)
-        if name == "zeroeval":
-            r = cv_report.three_tier(oof, correct, ZEROEVAL_COSTS, args.boot)
-            print(f"  {variant:14s} cost for 98% {fmt(r['cost_at_98'], True)}", flush=True)
-        else:
-            r = cv_report.two_tier(oof, correct[:, 0], correct[:, 1], args.boot)
-            print(f"  {variant:14s} APGR {fmt(r['apgr'])}  CPT(50%) {fmt(r['cpt50'], True)}", flush=True)
+        print(f"  {variant:14s} {cv_report.headline(oof, correct, ZEROEVAL_COSTS, args.boot)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

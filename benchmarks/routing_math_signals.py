@@ -70,12 +70,8 @@ def study(name: str, emb, args) -> None:
             scores = difficulty_score(oof[0, rows])
             order = bootstrap(lambda idx: pair_order(scores, [pairs[i] for i in idx]), len(pairs), args.boot)
             print(f"  {label:18s} chat training pairs ordered {fmt(order, True)}", flush=True)
-        elif d.n_tiers == 3:
-            r = cv_report.three_tier(oof, correct, ZEROEVAL_COSTS, args.boot)
-            print(f"  {label:18s} cost for 98% {fmt(r['cost_at_98'], True)}", flush=True)
         else:
-            r = cv_report.two_tier(oof, correct[:, 0], correct[:, 1], args.boot)
-            print(f"  {label:18s} APGR {fmt(r['apgr'])}  CPT(50%) {fmt(r['cpt50'], True)}", flush=True)
+            print(f"  {label:18s} {cv_report.headline(oof, correct, ZEROEVAL_COSTS, args.boot)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

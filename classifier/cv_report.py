@@ -88,6 +88,14 @@ def format_calibration(report: dict, tiers) -> str:
         f"{tiers[t]} {fmt(report[f'ece_le_{t}'])}" for t in range(len(tiers) - 1))
 
 
+def headline(oof: np.ndarray, correct: np.ndarray, costs, n_boot: int = 300) -> str:
+    """One line for a study's row: APGR and CPT(50%) with two tiers, the cost for 98% with more."""
+    if correct.shape[1] == 2:
+        r = two_tier(oof, correct[:, 0], correct[:, 1], n_boot)
+        return f"APGR {fmt(r['apgr'])}  CPT(50%) {fmt(r['cpt50'], True)}"
+    return f"cost for 98% {fmt(three_tier(oof, correct, costs, n_boot)['cost_at_98'], True)}"
+
+
 def format_two_tier(report: dict) -> str:
     return (f"CPT(50%) {fmt(report['cpt50'], True)}  APGR {fmt(report['apgr'])}  PGR@20/30/50% "
             + " / ".join(fmt(report[f"pgr{int(c * 100)}"]) for c in PGR_SHARES))
