@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 from classifier import cv_report, families
-from classifier.cv import fmt, grouped_folds, near_duplicate_groups
+from classifier.cv import cross_val_proba, fmt, grouped_folds, near_duplicate_groups
 from classifier.data import ZEROEVAL_COSTS, cheapest_correct, load_zeroeval
 from classifier.features import feature_matrix
 
@@ -37,20 +37,16 @@ def out_of_fold(d: families.Inputs, aux_y: np.ndarray, has_aux: np.ndarray, weig
         for f in range(folds):
             test, train = np.nonzero(fold_of == f)[0], np.nonzero(fold_of != f)[0]
             extra = train[has_aux[train]] if weight > 0 else train[:0]
-            rows = np.concatenate([train, extra])
             x = np.vstack([d.x[train], d.x[extra]])
             y = np.concatenate([d.y[train], aux_y[extra]])
             w = np.concatenate([np.ones(len(train)), np.full(len(extra), weight)])
             head = families.fit_linear_head(x, y, w, d.n_tiers, 1e-3, 0)
-            assert len(rows) == len(x)
             out[r, test] = head.proba(d.x[test])
     return out
 
 
 def bound(d: families.Inputs, aux: np.ndarray, tasks: list[str], has_aux: np.ndarray, correct: np.ndarray,
           groups: np.ndarray, args) -> None:
-    from classifier.cv import cross_val_proba
-
     rows = np.nonzero(has_aux)[0]
     task_onehot = np.array([[t == name for name in sorted(set(tasks))] for t in tasks], dtype=np.float32)
     qwen = np.nan_to_num(aux).astype(np.float32)

@@ -30,7 +30,7 @@ def pooled(texts: list[str], batch_size: int = 32) -> dict[str, np.ndarray]:
     """Every variant's embedding for `texts`, from one forward pass per batch."""
     import torch
 
-    from classifier.encoder import MAX_TOKENS, Encoder
+    from classifier.encoder import MAX_TOKENS, Encoder, mean_pool
 
     enc = Encoder.cached()
     parts: dict[str, list[np.ndarray]] = {"mean3": [], "mean6": [], "max6": []}
@@ -39,10 +39,10 @@ def pooled(texts: list[str], batch_size: int = 32) -> dict[str, np.ndarray]:
             batch = enc.tokenizer(texts[i:i + batch_size], padding=True, truncation=True, max_length=MAX_TOKENS,
                                   return_tensors="pt")
             states = enc.model(**batch, output_hidden_states=True).hidden_states
-            mask = batch["attention_mask"].unsqueeze(-1).float()
             for name, layer in (("mean3", 3), ("mean6", 6)):
-                parts[name].append(((states[layer] * mask).sum(1) / mask.sum(1)).numpy())
-            parts["max6"].append(states[6].masked_fill(mask == 0, -1e4).amax(1).numpy())
+                parts[name].append(mean_pool(states[layer], batch["attention_mask"]).numpy())
+            padding = batch["attention_mask"].unsqueeze(-1) == 0
+            parts["max6"].append(states[6].masked_fill(padding, -1e4).amax(1).numpy())
     unit = {k: _unit(np.vstack(v)) for k, v in parts.items()}
     return {"last-mean": unit["mean6"], "mid+last": np.hstack([unit["mean3"], unit["mean6"]]),
             "last-mean+max": np.hstack([unit["mean6"], unit["max6"]])}

@@ -5,8 +5,8 @@ local BERT / DistilBERT / MiniLM folder that `AutoTokenizer` + `AutoModel` read 
 end in `@layers=3,6`: then each listed hidden layer is mean-pooled and L2-normalised on its own, and the parts
 are concatenated and scaled to unit length (the same forward pass; 0 is the embedding layer, -1 the last);
 without it, the last layer. Texts are cut at `MAX_TOKENS` tokens, batched in order of length (little padding),
-run under `torch.inference_mode`; the thread count is left as torch has it. Loaded encoders are cached per folder, so a classifier that is loaded
-twice shares one copy.
+run under `torch.inference_mode`; the thread count is left as torch has it. Loaded encoders are cached per
+folder, so a classifier that is loaded twice shares one copy.
 """
 from __future__ import annotations
 
@@ -115,11 +115,7 @@ class Encoder:
                 idx = order[start:start + batch_size]
                 batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
                                        max_length=self.max_tokens, return_tensors="pt")
-                if self.layers == (-1,):
-                    hidden = self.model(**batch).last_hidden_state
-                    out[idx] = mean_pool(hidden, batch["attention_mask"]).numpy()
-                    continue
-                states = self.model(**batch, output_hidden_states=True).hidden_states
+                states = self.model(**batch, output_hidden_states=True).hidden_states  # [-1]: the last layer
                 parts = [mean_pool(states[layer], batch["attention_mask"]) for layer in self.layers]
                 out[idx] = (torch.cat(parts, dim=1) / len(parts) ** 0.5).numpy()  # unit length again
         return out
