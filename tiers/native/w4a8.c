@@ -349,6 +349,15 @@ static void interleave_row(const float *x, int64_t K, float *out) {
     for (int64_t i = pairs * 2 * QK; i < K; i++) out[i] = x[i];
 }
 
+/* the odd last block's share of one output: `row` a record, `x` its activations (the last block is not interleaved) */
+static inline float tail_share_w8f(const uint8_t *row, const float *x, int64_t K) {
+    const int64_t b = K / QK - 1;
+    const int8_t *wb = (const int8_t *)row + b * QK;
+    float part = 0.0f;
+    for (int i = 0; i < QK; i++) part += (float)wb[i] * x[b * QK + i];
+    return part * half_to_float(((const uint16_t *)(row + K))[b]);
+}
+
 #if defined(AIO_AVX512)
 static inline __attribute__((always_inline)) void tile_w8f(const float *xs, int64_t m0, int64_t K,
         const uint8_t *w, int64_t n0, float *out, int64_t ldo, const int NT, const int R) {
@@ -378,14 +387,7 @@ static inline __attribute__((always_inline)) void tile_w8f(const float *xs, int6
     for (int t = 0; t < NT; t++)
         for (int r = 0; r < R; r++) {
             float s = _mm512_reduce_add_ps(acc[t][r]);
-            if (nb & 1) {
-                const uint8_t *row = w + (n0 + t) * stride;
-                const int8_t *wb = (const int8_t *)row + (nb - 1) * QK;
-                const float *x = xs + (m0 + r) * K + (nb - 1) * QK;
-                float b = 0.0f;
-                for (int i = 0; i < QK; i++) b += (float)wb[i] * x[i];
-                s += b * half_to_float(((const uint16_t *)(row + K))[nb - 1]);
-            }
+            if (nb & 1) s += tail_share_w8f(w + (n0 + t) * stride, xs + (m0 + r) * K, K);
             out[(m0 + r) * ldo + n0 + t] = s;
         }
 }
@@ -428,13 +430,7 @@ static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const ui
         }
         for (int r = 0; r < R; r++) {
             float s = hsum256(acc[r]);
-            if (nb & 1) {
-                const int8_t *wb = (const int8_t *)row + (nb - 1) * QK;
-                const float *x = xs + (m0 + r) * K + (nb - 1) * QK;
-                float b = 0.0f;
-                for (int i = 0; i < QK; i++) b += (float)wb[i] * x[i];
-                s += b * half_to_float(scales[nb - 1]);
-            }
+            if (nb & 1) s += tail_share_w8f(row, xs + (m0 + r) * K, K);
             out[(m0 + r) * ldo + n0 + t] = s;
         }
     }
@@ -458,12 +454,7 @@ static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const ui
                 s += (lane[0] + lane[1] + lane[2] + lane[3]) * half_to_float(scales[b])
                      + (lane[4] + lane[5] + lane[6] + lane[7]) * half_to_float(scales[b + 1]);
             }
-            if (nb & 1) {
-                float part = 0.0f;
-                const int8_t *wb = (const int8_t *)row + (nb - 1) * QK;
-                for (int i = 0; i < QK; i++) part += (float)wb[i] * x[(nb - 1) * QK + i];
-                s += part * half_to_float(scales[nb - 1]);
-            }
+            if (nb & 1) s += tail_share_w8f(row, x, K);
             out[(m0 + r) * ldo + n0 + t] = s;
         }
     }
