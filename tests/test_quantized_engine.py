@@ -54,8 +54,8 @@ def test_projections_are_rtn_of_the_float_weights(checkpoint_dir, arch, mode, fa
         if name.rpartition(".")[2] in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
             assert isinstance(layer, QuantizedLinear) and layer.kernel == kernel, name
             # the kernels keep scales in bf16: the read-back weight is the RTN weight to bf16 precision
-            torch.testing.assert_close(layer.dequantized_weight(), rtn(ref_layer.weight, mode, blockwise=family == "native"), rtol=2 ** -7,
-                                       atol=2e-3)
+            want = rtn(ref_layer.weight, mode, blockwise=family == "native")
+            torch.testing.assert_close(layer.dequantized_weight(), want, rtol=2 ** -7, atol=2e-3)
             if ref_layer.bias is not None:
                 torch.testing.assert_close(layer.bias.float(), ref_layer.bias, rtol=0, atol=0)
     assert not any(isinstance(m, QuantizedLinear) for m in (model.lm_head, model.embed_tokens))

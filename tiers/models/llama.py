@@ -11,7 +11,7 @@ from tiers.models.config import ModelConfig
 from tiers.models.rotary import RotaryEmbedding, apply_rotary_one
 from tiers.native import NativeLibrary
 from tiers.native.layer import NativeLayer
-from tiers.native.ops import rmsnorm, rotary_, silu_mul
+from tiers.native.ops import MAX_HEAD_DIM, rmsnorm, rotary_, silu_mul
 
 
 def _native_rows(native: NativeLibrary | None, x: torch.Tensor) -> bool:
@@ -49,7 +49,7 @@ class LlamaAttention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata
                 ) -> torch.Tensor:
         qkv = self.qkv_proj(x)
-        if _native_rows(self.native, qkv) and rope[0].dtype == torch.float32 and self.head_dim <= 1024:
+        if _native_rows(self.native, qkv) and rope[0].dtype == torch.float32 and self.head_dim <= MAX_HEAD_DIM:
             rotary_(self.native, qkv, self.num_heads + self.num_kv_heads, self.head_dim, *rope)  # q and k
             q = qkv[:, :self.q_size].view(-1, self.num_heads, self.head_dim)
             k = qkv[:, self.q_size:self.q_size + self.kv_size].view(-1, self.num_kv_heads, self.head_dim)

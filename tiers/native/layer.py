@@ -7,6 +7,7 @@ import ctypes
 import torch
 
 from tiers.native.build import NativeKernelError, NativeLibrary
+from tiers.native.ops import MAX_HEAD_DIM
 
 KINDS = {"cpu_w4a8": 0, "cpu_w8a8": 1, "cpu_w8a32": 2}  # layer.c's KIND_*
 
@@ -39,7 +40,7 @@ class NativeLayer:
         projections, norms = _parts(layer)
         return (all(getattr(p, "kernel", None) in KINDS and p.bias is None for p in projections)
                 and all(n.dtype == torch.float32 and n.is_contiguous() for n in norms)
-                and layer.self_attn.head_dim <= 1024)
+                and layer.self_attn.head_dim <= MAX_HEAD_DIM)
 
     def forward(self, native: NativeLibrary, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,

@@ -6,6 +6,8 @@ import torch
 
 from tiers.native.build import NativeKernelError, NativeLibrary
 
+MAX_HEAD_DIM = 1024  # aio_rotary's stack buffer (ops.c), used by the one-call layer too
+
 
 def rmsnorm(native: NativeLibrary, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x float32 [M, K] (rows contiguous), weight float32 [K] -> weight * (x * rsqrt(mean(x^2) + eps))."""
@@ -47,6 +49,6 @@ def rotary_(native: NativeLibrary, x: torch.Tensor, heads: int, head_dim: int, c
             signed_sin: torch.Tensor) -> None:
     """In place: the first `heads` heads of each row of x (float32 [T, >= heads * D], rows may be strided) rotated
     as tiers.models.rotary.apply_rotary_one does, bit for bit; cos / signed_sin float32 [T, D] contiguous."""
-    assert head_dim <= 1024 and x.stride(1) == 1
+    assert head_dim <= MAX_HEAD_DIM and x.stride(1) == 1
     native.lib.aio_rotary(x.data_ptr(), x.stride(0), x.shape[0], heads, head_dim, cos.data_ptr(),
                           signed_sin.data_ptr())
