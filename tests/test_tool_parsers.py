@@ -7,6 +7,8 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from tiers.pool import ChatChunk
+from tiers.tools.local import ChunkParser
 from tiers.tools.options import ChatOptions
 from tiers.tools.parsers import HermesParser, Llama3JsonParser, NamedCallParser, RequiredCallsParser
 from tiers.tools.prompt import FALLBACK_TOOL_PROMPT, TemplateTools, render_messages
@@ -89,11 +91,55 @@ def test_named_call_streams_argument_fragments():
     assert parser.finish().tool_calls == [] and parser.num_calls == 1
 
 
-def test_required_calls_parse_at_the_end_and_cut_answers_are_content():
-    text = '[{"name": "get_time", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Lima"}}]'
-    content, calls = run(RequiredCallsParser(), splits(text, [5, 17, 50]))
-    assert content == "" and [c["name"] for c in calls] == ["get_time", "get_weather"]
-    assert run(RequiredCallsParser(), ['[{"name": "get_ti']) == ('[{"name": "get_ti', [])
+REQUIRED_TEXT = '[{"name":"get_time","arguments":{}},{"name":"get_weather","arguments":{"city":"Li\\"ma}"}}]'
+
+
+def test_required_calls_are_emitted_as_each_object_closes():
+    parser = RequiredCallsParser()
+    assert parser.feed('[{"name":"get_time","arguments":{}').tool_calls == []
+    first = parser.feed('},{"name":"get_weather"')
+    assert [(d.index, d.name, d.arguments) for d in first.tool_calls] == [(0, "get_time", "{}")]
+    second = parser.feed(',"arguments":{"city":"Lima"}}]')
+    assert [(d.index, d.name, json.loads(d.arguments)) for d in second.tool_calls] == [
+        (1, "get_weather", {"city": "Lima"})]
+    assert parser.finish().content == "" and parser.num_calls == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=500), max_size=12))
+def test_required_any_split_parses_the_same(cuts):
+    content, calls = run(RequiredCallsParser(), splits(REQUIRED_TEXT, cuts))
+    assert content == "" and [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+        ("get_time", {}), ("get_weather", {"city": 'Li"ma}'})]  # braces and quotes inside strings are text
+
+
+def test_a_cut_answer_keeps_its_complete_calls_and_no_content():
+    assert run(RequiredCallsParser(), [REQUIRED_TEXT[:60]]) == ("", [{"name": "get_time", "arguments": "{}"}])
+    assert run(RequiredCallsParser(), ['[{"name": "get_ti']) == ("", [])
+
+
+def test_an_exact_repeat_of_a_call_is_dropped():
+    call = '{"name":"get_weather","arguments":{"city":"Paris","unit":"c"}}'
+    same = '{"name":"get_weather","arguments":{"unit":"c","city":"Paris"}}'  # the same arguments in another order
+    other = '{"name":"get_weather","arguments":{"city":"Rome","unit":"c"}}'
+    content, calls = run(RequiredCallsParser(), [f"[{call},{same},{other},{call}]"])
+    assert content == "" and [json.loads(c["arguments"])["city"] for c in calls] == ["Paris", "Rome"]
+
+
+def test_a_chunk_parser_says_tool_calls_for_a_finished_answer_and_keeps_length_for_a_cut_one():
+    def chunks(text: str, reason: str) -> list[ChatChunk]:
+        return [ChatChunk(delta_text=text[:40]), ChatChunk(delta_text=text[40:], finish_reason=reason)]
+
+    for reason, expected in (("stop", "tool_calls"), ("length", "length")):
+        parser = ChunkParser(RequiredCallsParser())
+        out = [parser.apply(c) for c in chunks(REQUIRED_TEXT if reason == "stop" else REQUIRED_TEXT[:60], reason)]
+        assert [c.delta_text for c in out] == ["", ""] and out[-1].finish_reason == expected
+        assert [d.name for c in out for d in c.tool_calls or []] == (
+            ["get_time", "get_weather"] if reason == "stop" else ["get_time"])
+
+
+def test_an_answer_that_is_not_an_array_is_content():
+    assert run(RequiredCallsParser(), ["  Sor", "ry, no."]) == ("  Sorry, no.", [])
 
 
 def test_guided_schemas_follow_tool_choice():
@@ -108,7 +154,7 @@ def test_guided_schemas_follow_tool_choice():
     schema = guided_schema(required)
     assert schema == required_calls_schema(required) and schema["maxItems"] == 1 and schema["minItems"] == 1
     assert [v["properties"]["name"]["const"] for v in schema["items"]["anyOf"]] == ["get_weather", "get_time"]
-    assert "maxItems" not in guided_schema(ChatOptions(tools=tools, tool_choice="required"))
+    assert guided_schema(ChatOptions(tools=tools, tool_choice="required"))["maxItems"] == 2  # one per tool
     assert guided_schema(ChatOptions(tools=tools)) is None  # auto: free text, parsed
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array"}}}
     assert guided_schema(ChatOptions(response_format=fmt)) == {"type": "array"}

@@ -123,6 +123,55 @@ def test_parallel_tool_calls_false_gives_exactly_one_call(client):
     assert len(response.choices[0].message.tool_calls) == 1
 
 
+# issue 23: SmolLM2 repeated this call until max_tokens (the array was unbounded) and the whole array came back as
+# content, with no tool_calls.
+ISSUE_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ISSUE_TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The current time in a timezone",
+    "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}}}
+ISSUE_ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
+
+
+def required_answer(client, stream: bool, **kwargs) -> tuple[list[dict], str | None, str | None]:
+    """The calls, finish reason and content of a tool_choice="required" answer on the small tier, at temperature 0."""
+    kwargs = dict(model="small", messages=ISSUE_ASK, tool_choice="required", temperature=0, **kwargs)
+    if stream:
+        return tool_calls_of(client.chat.completions.create(stream=True, **kwargs))
+    choice = client.chat.completions.create(**kwargs).choices[0]
+    assert choice.message.tool_calls is not None, choice.message.content
+    calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+             for c in choice.message.tool_calls]
+    return calls, choice.finish_reason, choice.message.content
+
+
+def assert_paris_weather(call: dict) -> None:
+    assert call["name"] == "get_weather" and call["id"].startswith("call_")
+    arguments = json.loads(call["arguments"])
+    assert isinstance(arguments.get("city"), str) and arguments["city"]
+
+
+@pytest.mark.parametrize("parallel, max_tokens, stream", [(None, 60, False), (None, 200, True), (False, 60, True),
+                                                       (False, 200, False)])
+def test_required_returns_one_call_of_the_one_tool_whatever_the_budget(client, parallel, max_tokens, stream):
+    extra = {} if parallel is None else {"parallel_tool_calls": parallel}
+    calls, finish, content = required_answer(client, stream, tools=[ISSUE_WEATHER], max_tokens=max_tokens, **extra)
+    assert finish == "tool_calls" and not content
+    assert len(calls) == 1
+    assert_paris_weather(calls[0])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_required_answer_cut_by_max_tokens_returns_its_complete_calls(client, stream):
+    """With two tools the model calls get_weather, then get_time (31 tokens); cut in the second call, the first
+    comes back as a call and the finish reason says the answer was cut."""
+    calls, finish, content = required_answer(client, stream, tools=[ISSUE_WEATHER, ISSUE_TIME], max_tokens=24)
+    assert finish == "length" and not content
+    assert len(calls) == 1
+    assert_paris_weather(calls[0])
+
+
 def test_none_answers_in_text(client):
     response = client.chat.completions.create(model="small", messages=ASK, tools=[WEATHER], tool_choice="none",
                                               max_tokens=20, temperature=0)

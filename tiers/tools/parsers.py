@@ -6,7 +6,7 @@ for the client and tool-call pieces; `finish` flushes what was held back. Format
   prompt for templates without tools), content around them;
 - llama3_json: the whole answer is `{"name": ..., "parameters": {...}}` (Llama 3.1+), calls joined by `;`;
 - named: tool_choice named a function and guided decoding makes the answer its arguments;
-- required: guided decoding makes the answer a JSON array of {"name", "arguments"} objects.
+- required: guided decoding makes the answer a JSON array of {"name", "arguments"} objects, read call by call.
 """
 from __future__ import annotations
 
@@ -169,22 +169,73 @@ class NamedCallParser(ToolCallParser):
 
 
 class RequiredCallsParser(ToolCallParser):
-    """The answer is a JSON array of {"name", "arguments"} (guided decoding): parsed when it is complete."""
+    """The answer is a JSON array of {"name", "arguments"} objects (guided decoding). Each call is emitted as soon
+    as its object closes, so an answer cut by max_tokens still returns the calls it completed; the unfinished
+    rest is dropped, never returned as content. An exact repeat of an earlier call of the answer (same name, same
+    arguments) is dropped: a small model may repeat its call up to the array's bound, and a client would run it
+    twice. An answer that does not open an array (no grammar held it) is content."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._buffer = ""
+        self._state = "start"  # "start" (before `[`), "items" (between objects), "object", "end", "content"
+        self._object = ""  # the text of the object being read, or what came before `[`
+        self._depth = 0  # nesting inside the current object
+        self._in_string = self._escaped = False
+        self._seen: set[tuple[str, str]] = set()
 
     def feed(self, text: str) -> ParsedDelta:
-        self._buffer += text
-        return ParsedDelta()
+        out = ParsedDelta()
+        for i, char in enumerate(text):
+            if self._state == "content":
+                out.content += text[i:]
+                break
+            self._scan(char, out)
+        return out
 
     def finish(self) -> ParsedDelta:
-        text, self._buffer = self._buffer, ""
-        calls = _json_calls(text)
-        if calls is None:  # cut short (max_tokens): what was generated is returned as content
-            return ParsedDelta(content=text)
-        return ParsedDelta(tool_calls=self._emit(calls))
+        out = ParsedDelta(content=self._object if self._state == "start" else "")
+        self._object = ""
+        return out
+
+    def _scan(self, char: str, out: ParsedDelta) -> None:
+        if self._state == "start":
+            self._object += char
+            if char == "[":
+                self._state, self._object = "items", ""
+            elif not char.isspace():
+                self._state, self._object, out.content = "content", "", out.content + self._object
+        elif self._state == "items":  # `,` and whitespace between the objects are skipped
+            if char == "{":
+                self._state, self._object, self._depth = "object", char, 1
+            elif char == "]":
+                self._state = "end"
+        elif self._state == "object":
+            self._object += char
+            if self._escaped:
+                self._escaped = False
+            elif self._in_string:
+                self._escaped, self._in_string = char == "\\", char != '"'
+            elif char == '"':
+                self._in_string = True
+            elif char in "{[":
+                self._depth += 1
+            elif char in "}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    self._close(self._object, out)
+                    self._state, self._object = "items", ""
+
+    def _close(self, text: str, out: ParsedDelta) -> None:
+        try:
+            call = call_from_json(json.loads(text))
+        except ValueError:
+            return
+        if call is None:
+            return
+        key = (call.name, json.dumps(json.loads(call.arguments), sort_keys=True))
+        if key not in self._seen:
+            self._seen.add(key)
+            out.tool_calls += self._emit([call])
 
 
 def _json_calls(text: str) -> list[ToolCall] | None:

@@ -32,17 +32,18 @@ def wants_json_object(options: ChatOptions) -> bool:
 
 
 def required_calls_schema(options: ChatOptions) -> dict[str, Any]:
-    """A JSON array of one call per item ({"name": one of the tools, "arguments": its parameters}); one item when
-    parallel_tool_calls is false."""
+    """A JSON array of one call per item ({"name": one of the tools, "arguments": its parameters}): one item when
+    parallel_tool_calls is false, else at most as many as there are tools. The grammar accepts the answer only
+    once the array closes and nothing pulls a model towards `]`: unbounded, a small model repeats its call until
+    max_tokens (SmolLM2 does, on the plainest prompt), so the array has a bound. One call per tool fits what a turn
+    of an agent asks for; a model that wants one function for several arguments makes the other calls in later
+    turns, after it has seen the results."""
     variants = [{"type": "object",
                  "properties": {"name": {"const": f["name"]}, "arguments": _parameters(f)},
                  "required": ["name", "arguments"], "additionalProperties": False}
                 for f in options.functions]
-    schema: dict[str, Any] = {"type": "array", "minItems": 1,
-                              "items": variants[0] if len(variants) == 1 else {"anyOf": variants}}
-    if not options.parallel_tool_calls:
-        schema["maxItems"] = 1
-    return schema
+    return {"type": "array", "minItems": 1, "maxItems": len(variants) if options.parallel_tool_calls else 1,
+            "items": variants[0] if len(variants) == 1 else {"anyOf": variants}}
 
 
 def make_parser(options: ChatOptions | None, native_format: str) -> ToolCallParser | None:
