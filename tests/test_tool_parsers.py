@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
+import llguidance
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -160,6 +162,25 @@ def test_guided_schemas_follow_tool_choice():
     assert guided_schema(ChatOptions(response_format=fmt)) == {"type": "array"}
     with pytest.raises(ValueError, match="not among the tools"):
         guided_schema(ChatOptions(tools=tools, tool_choice={"type": "function", "function": {"name": "nope"}}))
+
+
+def test_required_keeps_a_functions_local_refs_working():
+    """A Pydantic model's parameters use "#/$defs/..." refs, written against the parameters as the root; inside
+    the calls array they must point where the parameters now are (a property may be called "default")."""
+    place = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    parameters = {"type": "object", "$defs": {"Place": place}, "required": ["default"],
+                  "properties": {"default": {"$ref": "#/$defs/Place"},
+                                 "via": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}}
+    book = {"type": "function", "function": {"name": "book", "parameters": parameters}}
+    for tools in ((book,), (WEATHER, book)):
+        schema = required_calls_schema(ChatOptions(tools=tools, tool_choice="required"))
+        assert llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_json_schema(
+            json.dumps(schema))) == ""
+        jsonschema.validate([{"name": "book", "arguments": {"default": {"city": "Oslo"},
+                                                            "via": {"default": {"city": "Rome"}, "via": None}}}],
+                            schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate([{"name": "book", "arguments": {"default": {"town": "Oslo"}}}], schema)
 
 
 def test_parser_choice():

@@ -8,6 +8,8 @@ from tiers.tools.options import ChatOptions
 from tiers.tools.parsers import HermesParser, Llama3JsonParser, NamedCallParser, RequiredCallsParser, ToolCallParser
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+_DATA_KEYWORDS = ("const", "enum", "default", "examples")  # their values are JSON data, not schemas
+_SCHEMA_MAP_KEYWORDS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def guided_schema(options: ChatOptions) -> dict[str, Any] | None:
@@ -37,11 +39,15 @@ def required_calls_schema(options: ChatOptions) -> dict[str, Any]:
     once the array closes and nothing pulls a model towards `]`: unbounded, a small model repeats its call until
     max_tokens (SmolLM2 does, on the plainest prompt), so the array has a bound. One call per tool fits what a turn
     of an agent asks for; a model that wants one function for several arguments makes the other calls in later
-    turns, after it has seen the results."""
+    turns, after it has seen the results. A function's local `$ref`s (a Pydantic model's "#/$defs/...") are
+    rewritten to where its parameters now sit."""
+    functions = options.functions
+    item = "#/items" if len(functions) == 1 else "#/items/anyOf/{}"  # where each function's call lives
     variants = [{"type": "object",
-                 "properties": {"name": {"const": f["name"]}, "arguments": _parameters(f)},
+                 "properties": {"name": {"const": f["name"]},
+                                "arguments": _relocated(_parameters(f), item.format(i) + "/properties/arguments")},
                  "required": ["name", "arguments"], "additionalProperties": False}
-                for f in options.functions]
+                for i, f in enumerate(functions)]
     return {"type": "array", "minItems": 1, "maxItems": len(variants) if options.parallel_tool_calls else 1,
             "items": variants[0] if len(variants) == 1 else {"anyOf": variants}}
 
@@ -74,3 +80,23 @@ def _parameters(function: dict[str, Any]) -> dict[str, Any]:
     if parameters.get("type") == "object" and "properties" in parameters and "additionalProperties" not in parameters:
         return {**parameters, "additionalProperties": False}
     return parameters
+
+
+def _relocated(schema: Any, base: str) -> Any:
+    """A function's parameters schema moved to the JSON pointer `base` of the calls array's schema: its local
+    `$ref`s ("#/$defs/Place", "#" itself), written against the parameters as the root, point where they now are."""
+    if isinstance(schema, list):
+        return [_relocated(s, base) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith("#"):
+            out[key] = base + value[1:]
+        elif key in _DATA_KEYWORDS:
+            out[key] = value
+        elif key in _SCHEMA_MAP_KEYWORDS and isinstance(value, dict):  # names (any word) → schemas
+            out[key] = {name: _relocated(sub, base) for name, sub in value.items()}
+        else:
+            out[key] = _relocated(value, base)
+    return out
