@@ -2,7 +2,10 @@ import os
 
 import torch
 
-# Triton kernels run on CPU only in the interpreter, and it must be chosen before `import triton`.
+# Triton kernels run on CPU only in its interpreter, chosen by TRITON_INTERPRET=1 before `import triton`, and one
+# process is either interpreted or compiled. Without a GPU the tests interpret. With one, Triton runs compiled here
+# (the CUDA cases), and the CPU cases of the Triton tests, marked triton_interpreter, are skipped here and run in
+# a second pytest process with the GPU hidden (tests/test_triton_interpreter.py).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -11,16 +14,39 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# The devices of a Triton test: its CPU case runs the kernels in the interpreter.
+TRITON_DEVICES = [pytest.param("cpu", marks=pytest.mark.triton_interpreter)] + DEVICES[1:]
+
+
+def triton_interpreted() -> bool:
+    """Whether this process runs AIO's Triton kernels in the interpreter (imports triton; False without it)."""
+    try:
+        from tiers.attention.triton_paged_attention import unavailable_on
+    except ImportError:
+        return False
+    return unavailable_on(torch.device("cpu")) is None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "triton_interpreter: runs Triton kernels on CPU tensors, in the interpreter "
+                                       "(on a GPU machine: in tests/test_triton_interpreter.py's process)")
 
 
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     skip_slow = pytest.mark.skip(reason="slow: set AIO_SLOW_TESTS=1 to run it")
+    skip_compiled = pytest.mark.skip(reason="Triton runs compiled in this process: the CPU cases run in the "
+                                            "interpreter in test_triton_interpreter.py's process (a GPU's)")
+    compiled = None
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
         if "slow" in item.keywords and os.environ.get("AIO_SLOW_TESTS") != "1":
             item.add_marker(skip_slow)
+        if "triton_interpreter" in item.keywords:
+            compiled = not triton_interpreted() if compiled is None else compiled
+            if compiled:
+                item.add_marker(skip_compiled)
 
 
 ARCHS = ["llama", "llama-tied", "qwen2", "mistral"]

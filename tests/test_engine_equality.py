@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import ARCHS, DEVICES
+from conftest import ARCHS, DEVICES, TRITON_DEVICES
 from tiers import Engine, SamplingParams, UnsupportedModelError
 
 MAX_TOKENS = 24
@@ -132,12 +132,13 @@ def test_unsupported_architecture_is_named(llama_path, tmp_path):
         Engine.from_pretrained(bad)
 
 
-def test_triton_backend_in_the_engine_matches_torch_backend(llama_path):
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+def test_triton_backend_in_the_engine_matches_torch_backend(llama_path, device):
     """The unified Triton kernels (interpreter on CPU) wired into the engine: same tokens as the PyTorch path,
     through prefill chunks with a cached prefix, decodes and a preemption-free mixed batch."""
     prompts = make_prompts(512)[:4]
-    torch_engine = Engine.from_pretrained(llama_path, max_model_len=128, max_num_batched_tokens=24)
-    triton_engine = Engine.from_pretrained(llama_path, max_model_len=128, max_num_batched_tokens=24,
-                                           attention_backend="triton")
+    kw = dict(device=device, dtype="float32", max_model_len=128, max_num_batched_tokens=24)
+    torch_engine = Engine.from_pretrained(llama_path, attention_backend="torch", **kw)
+    triton_engine = Engine.from_pretrained(llama_path, attention_backend="triton", **kw)
     assert triton_engine.runner.attention_backend.name == "triton"
     assert engine_greedy(triton_engine, prompts, 6) == engine_greedy(torch_engine, prompts, 6)

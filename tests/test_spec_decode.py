@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import INIT_RANGE
+from conftest import INIT_RANGE, TRITON_DEVICES
 from test_engine_equality import hf_greedy, make_prompts
 from tiers import Engine, SamplingParams
 from tiers.checkpoints import create_random_checkpoint
@@ -133,13 +133,15 @@ def test_draft_kv_catches_up_under_preemption_prefix_caching_and_chunked_prefill
     assert_no_leak(engine)
 
 
-def test_triton_backend_verifies_draft_tokens(pair):
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+def test_triton_backend_verifies_draft_tokens(pair, device):
     """The Triton paged-attention kernel (the interpreter on CPU) attends the (k+1)-token verification chunks and
     writes the draft's own KV pool."""
     target, draft = pair
     prompts = make_prompts(512)[:4]
-    engine = Engine.from_pretrained(target, draft=draft, attention_backend="triton", max_model_len=128,
-                                    max_num_batched_tokens=24, num_speculative_tokens=3, speculative_adaptive=False)
+    engine = Engine.from_pretrained(target, draft=draft, device=device, dtype="float32", attention_backend="triton",
+                                    max_model_len=128, max_num_batched_tokens=24, num_speculative_tokens=3,
+                                    speculative_adaptive=False)
     assert engine.runner.attention_backend.name == "triton"
     assert greedy(engine, prompts, 8) == hf_greedy(target, prompts, 8)
     assert engine.stats().speculative.num_accepted_tokens > 0

@@ -1,5 +1,6 @@
 """The Triton kernels equal the PyTorch reference (interpreter mode on CPU, real kernels on CUDA), and the
-reference equals a dense, independent computation."""
+reference equals a dense, independent computation. The CPU cases are marked triton_interpreter: on a GPU machine
+they run in a process of their own (tests/test_triton_interpreter.py)."""
 from __future__ import annotations
 
 import pytest
@@ -14,7 +15,8 @@ from tiers.attention.triton_kv_store import store_kv_cache  # noqa: E402
 from tiers.attention.triton_paged_attention import paged_attention  # noqa: E402
 
 # The interpreter's bf16 arithmetic is wrong, so bf16 runs only on a real GPU.
-DEVICE_DTYPES = [pytest.param(device, dtype, id=f"{device}-{str(dtype).removeprefix('torch.')}")
+DEVICE_DTYPES = [pytest.param(device, dtype, id=f"{device}-{str(dtype).removeprefix('torch.')}",
+                              marks=[pytest.mark.triton_interpreter] if device == "cpu" else [])
                  for device in DEVICES
                  for dtype in ([torch.float32] if device == "cpu" else [torch.float32, torch.bfloat16])]
 
@@ -166,3 +168,22 @@ def test_wrappers_reject_bad_inputs():
         store_kv_cache(q[:, :2], q[:, :2], kc, vc, torch.zeros(1, dtype=torch.int64))
     with pytest.raises(ValueError, match="slot_mapping"):
         store_kv_cache(q[:, :2], q[:, :2], kc, vc, torch.zeros(q.shape[0]))
+
+
+def test_without_the_interpreter_cpu_tensors_are_a_clear_error(monkeypatch, llama_path):
+    """A process with Triton compiled (a GPU machine's) cannot launch the kernels on CPU tensors: the wrappers and
+    the engine's backend choice say so instead of failing inside the launch."""
+    from tiers import Engine, triton_device
+
+    monkeypatch.setattr(triton_device, "interpreted", lambda kernel: False)  # as where TRITON_INTERPRET is unset
+    case = make_case(CASES["decode"], 4, 2, 32, "cpu", torch.float32)
+    with pytest.raises(ValueError, match="only in Triton's interpreter"):
+        run_kernel(case)
+    k = case["k_cache"][0, :2]
+    with pytest.raises(ValueError, match="only in Triton's interpreter"):
+        store_kv_cache(k, k, case["k_cache"], case["v_cache"], torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="attention_backend='triton' cannot run on cpu: .*interpreter"):
+        Engine.from_pretrained(llama_path, max_model_len=64, attention_backend="triton")
+    with pytest.raises(ValueError, match="not on meta"):
+        run_kernel({**case, **{name: case[name].to("meta") for name in
+                                ("query", "k_cache", "v_cache", "block_tables", "seq_lens", "query_start_loc")}})

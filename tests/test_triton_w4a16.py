@@ -1,10 +1,12 @@
 """The Triton W4A16 kernel equals x @ Int4Weight.dequantize()^T (interpreter, fp32, on CPU; fp16/bf16 on CUDA),
-rejects what it cannot run, and QuantizedLinear picks it for int4 layers on CUDA only."""
+rejects what it cannot run, and QuantizedLinear picks it for int4 layers on CUDA only. The CPU cases are marked
+triton_interpreter: on a GPU machine they run in a process of their own (tests/test_triton_interpreter.py)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
+from conftest import TRITON_DEVICES
 from tiers.quantization import Int4Weight, QuantizationError, QuantizedLinear, pack_nibbles, quantize_int4
 from tiers.quantization import linear as linear_module
 from tiers.quantization.int8 import quantize_int8
@@ -13,9 +15,8 @@ triton = pytest.importorskip("triton")
 from tiers.quantization import triton_w4a16  # noqa: E402
 from tiers.quantization.triton_w4a16 import W4A16Config, pick_config, w4a16_matmul  # noqa: E402
 
-# The fp32 tests run in the interpreter on CPU (conftest sets TRITON_INTERPRET=1 where there is no GPU), and as
-# real kernels on a CUDA machine.
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# The fp32 tests run on every device: in the interpreter on CPU, as real kernels on CUDA.
+device_param = pytest.mark.parametrize("device", TRITON_DEVICES)
 
 
 def random_int4(n: int, k: int, group: int, seed: int = 0) -> Int4Weight:
@@ -47,35 +48,39 @@ CASES = {
 }
 
 
+@device_param
 @pytest.mark.parametrize("case", list(CASES))
-def test_matches_dequantized_reference(case):
+def test_matches_dequantized_reference(case, device):
     m, n, k, group, config = CASES[case]
     weight = random_int4(n, k, group, seed=len(case))
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(1))
-    y = w4a16_matmul(x.to(DEVICE), weight.to(DEVICE), config)
+    y = w4a16_matmul(x.to(device), weight.to(device), config)
     assert y.shape == (m, n) and y.dtype == torch.float32
     assert_close(y, reference(x, weight), 1e-5)
 
 
-def test_rtn_weight_3d_and_strided_input():
+@device_param
+def test_rtn_weight_3d_and_strided_input(device):
     """A real RTN weight; x 3-D and a strided view (row stride > K, as a slice of a fused projection's output)."""
-    weight = quantize_int4(torch.randn(36, 128, generator=torch.Generator().manual_seed(2)), 32).to(DEVICE)
-    wide = torch.randn(2, 2, 200, generator=torch.Generator().manual_seed(3), device=DEVICE)
+    weight = quantize_int4(torch.randn(36, 128, generator=torch.Generator().manual_seed(2)), 32).to(device)
+    wide = torch.randn(2, 2, 200, generator=torch.Generator().manual_seed(3)).to(device)  # a CPU generator
     x = wide[..., 10:138]
     y = w4a16_matmul(x, weight)
     assert y.shape == (2, 2, 36)
     assert_close(y, reference(x.reshape(-1, 128), weight.to("cpu")).view(2, 2, 36), 1e-5)
-    xt = torch.randn(128, 3, device=DEVICE).t()  # column-major: a K stride of 3
+    xt = torch.randn(128, 3, device=device).t()  # column-major: a K stride of 3
     assert_close(w4a16_matmul(xt, weight), reference(xt, weight.to("cpu")), 1e-5)
 
 
-def test_no_rows():
-    weight = random_int4(16, 64, 32).to(DEVICE)
-    assert w4a16_matmul(torch.randn(0, 64, device=DEVICE), weight).shape == (0, 16)
-    assert w4a16_matmul(torch.randn(2, 0, 64, device=DEVICE), weight).shape == (2, 0, 16)
+@device_param
+def test_no_rows(device):
+    weight = random_int4(16, 64, 32).to(device)
+    assert w4a16_matmul(torch.randn(0, 64, device=device), weight).shape == (0, 16)
+    assert w4a16_matmul(torch.randn(2, 0, 64, device=device), weight).shape == (2, 0, 16)
 
 
-def test_rejects_what_it_cannot_run():
+@device_param
+def test_rejects_what_it_cannot_run(device, monkeypatch):
     weight = random_int4(16, 64, 32)
     with pytest.raises(ValueError, match="features"):
         w4a16_matmul(torch.randn(2, 96), weight)
@@ -87,20 +92,23 @@ def test_rejects_what_it_cannot_run():
         w4a16_matmul(torch.randn(2, 64), random_int4(16, 64, 16))
     with pytest.raises(ValueError, match="dtype"):
         w4a16_matmul(torch.randn(2, 64, dtype=torch.float64), weight)
-    if DEVICE == "cpu":
+    if device == "cpu":
         with pytest.raises(ValueError, match="float32 only"):
             w4a16_matmul(torch.randn(2, 64, dtype=torch.bfloat16), weight)
     with pytest.raises(ValueError, match="one device"):
         w4a16_matmul(torch.randn(2, 64, device="meta"), weight)
     with pytest.raises(ValueError, match="Int4Weight"):
         w4a16_matmul(torch.randn(2, 64), quantize_int8(torch.randn(16, 64)))
-    x, weight = torch.randn(2, 64, device=DEVICE), weight.to(DEVICE)
+    x, weight = torch.randn(2, 64, device=device), weight.to(device)
     with pytest.raises(ValueError, match="power of two"):
         w4a16_matmul(x, weight, W4A16Config(16, 24, 32))
     with pytest.raises(ValueError, match="too small"):
         w4a16_matmul(x, weight, W4A16Config(16, 8, 32))
     with pytest.raises(ValueError, match="split_k"):
         w4a16_matmul(x, weight, W4A16Config(16, 16, 32, split_k=0))
+    monkeypatch.setattr(triton_w4a16, "_interpreting", lambda: False)  # as in a process with Triton compiled
+    with pytest.raises(ValueError, match="on CPU the Triton kernel runs only in the interpreter"):
+        w4a16_matmul(torch.randn(2, 64), weight.to("cpu"))
 
 
 def test_cuda_configs_split_k_only_when_tiles_are_few(monkeypatch):
@@ -136,15 +144,16 @@ def test_quantized_linear_without_triton_falls_back(monkeypatch):
     assert QuantizedLinear._pick_kernel(random_int4(32, 128, 32), torch.device("cuda")) == "dequant"
 
 
-def test_quantized_linear_forward_through_the_kernel():
+@device_param
+def test_quantized_linear_forward_through_the_kernel(device):
     """Forced (on CPU the interpreter runs it): bias, 3-D input, and the weight it reports."""
     weight = random_int4(40, 128, 64, seed=5)
     bias = torch.randn(40)
-    layer = QuantizedLinear(weight, bias, device=DEVICE, kernel="triton_w4a16")
+    layer = QuantizedLinear(weight, bias, device=device, kernel="triton_w4a16")
     assert layer.kernel == "triton_w4a16"
     x = torch.randn(2, 3, 128)
     ref = reference(x.reshape(-1, 128), weight).view(2, 3, 40) + bias
-    x = x.to(DEVICE)
+    x = x.to(device)
     assert_close(layer(x), ref, 1e-5)
     assert torch.equal(layer.dequantized_weight().cpu(), weight.dequantize())
     with pytest.raises(QuantizationError, match="triton_w4a16"):

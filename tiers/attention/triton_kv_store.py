@@ -5,6 +5,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tiers.triton_device import unavailable
+
 
 @triton.jit
 def _store_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
@@ -46,6 +48,12 @@ def store_kv_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
         raise ValueError(f"slot_mapping must be a contiguous int64 (or int32) tensor, got {slot_mapping.dtype}")
     if key.stride(-1) != 1 or value.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("the head dimension must be contiguous")
+    devices = {t.device for t in (key, value, k_cache, v_cache, slot_mapping)}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    problem = unavailable(key.device, _store_kv_kernel)
+    if problem:
+        raise ValueError(problem)
     if key.shape[0] == 0:
         return
     num_kv_heads, head_dim = key.shape[1], key.shape[2]

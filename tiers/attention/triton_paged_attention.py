@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tiers.triton_device import unavailable
+
 # Key positions per inner-loop step; tl.dot on GPUs needs every tile dimension >= 16.
 TILE_SIZE = 32
 MIN_BLOCK_M = 16
@@ -140,6 +142,14 @@ def _check_inputs(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     devices = {t.device for t in (query, k_cache, v_cache, block_tables, seq_lens, query_start_loc)}
     if len(devices) > 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    problem = unavailable_on(query.device)
+    if problem:
+        raise ValueError(problem)
+
+
+def unavailable_on(device: torch.device) -> str | None:
+    """Why the kernel cannot run on `device`'s tensors in this process (tiers.triton_device), or None if it can."""
+    return unavailable(device, _paged_attention_kernel)
 
 
 def _block_m(group: int, max_query_len: int) -> int:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +36,7 @@ import triton
 import triton.language as tl
 
 from tiers.quantization.int4 import Int4Weight
+from tiers.triton_device import interpreted
 
 # tl.dot needs every tile dimension >= 16 on GPUs; a step's dot runs over BLOCK_K / 2 (the even or odd columns).
 MIN_BLOCK_K = 32
@@ -56,7 +56,8 @@ class W4A16Config:
 
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Whether the kernels run in Triton's interpreter in this process (TRITON_INTERPRET=1 when they were defined)."""
+    return interpreted(_w4a16_kernel)
 
 
 @triton.jit
