@@ -2,8 +2,10 @@
 (what `generate_batch` runs) and greedy single-sequence decoding."""
 from __future__ import annotations
 
+import inspect
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,40 +52,89 @@ def run_hf_static(model, workload) -> tuple[float, int]:
     return time.perf_counter() - start, generated
 
 
+def kv_page_size(cb_config) -> int:
+    """Tokens per page of transformers' paged KV cache. Its config calls it page_size in newer releases (5.24 keeps
+    block_size as a deprecated alias, None unless set), block_size in 5.17 and before (on GenerationConfig before
+    ContinuousBatchingConfig existed, defaulting to 32 there)."""
+    for name in ("page_size", "block_size"):
+        value = getattr(cb_config, name, None)
+        if value:
+            return int(value)
+    return 32
+
+
 def hf_batch_configs(kv_bytes_per_token: int, workload):
     """transformers' continuous batching settings: its defaults, except the KV cache (the engine's CPU budget,
     min(1 GiB, RAM / 8): without psutil transformers sizes it from the whole RAM) and the batch token budget (the
-    engine's 2048)."""
+    engine's 2048). Returns (generation config, continuous batching config); the latter is None on a transformers
+    without ContinuousBatchingConfig, whose generation config carries the settings."""
     from transformers import GenerationConfig
-    from transformers.generation import ContinuousBatchingConfig
 
-    page_size = ContinuousBatchingConfig().page_size
+    try:
+        from transformers.generation import ContinuousBatchingConfig
+    except ImportError:  # transformers 4.x: the settings are GenerationConfig attributes
+        ContinuousBatchingConfig = None
+    page_size = kv_page_size(ContinuousBatchingConfig() if ContinuousBatchingConfig else GenerationConfig())
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     kv_budget = min(1 << 30, ram // 8)
     num_blocks = max(1, kv_budget // (page_size * kv_bytes_per_token))
-    cb_config = ContinuousBatchingConfig(num_blocks=num_blocks, max_batch_tokens=ENGINE_BATCHED_TOKENS)
+    cache = dict(num_blocks=num_blocks, max_batch_tokens=ENGINE_BATCHED_TOKENS)
     gen_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,  # -1: no eos (ignore_eos)
-                                  max_new_tokens=max(n for _, n in workload))
-    return gen_config, cb_config
+                                  max_new_tokens=max(n for _, n in workload),
+                                  **({} if ContinuousBatchingConfig else dict(cache, block_size=page_size)))
+    return gen_config, ContinuousBatchingConfig(**cache) if ContinuousBatchingConfig else None
+
+
+def _accepts(fn, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The kwargs that fn names (signatures differ across transformers versions)."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+@contextmanager
+def _cb_manager(model, gen_config, cb_config, workload):
+    """transformers' continuous batching manager, started; stopped on exit."""
+    if hasattr(model, "continuous_batching_context_manager"):
+        kwargs: dict[str, Any] = dict(generation_config=gen_config, block=True, timeout=5,
+                                      continuous_batching_config=cb_config)
+        if "workload_hints" in inspect.signature(model.continuous_batching_context_manager).parameters:
+            from transformers.generation.continuous_batching.utils import WorkloadHints
+
+            kwargs["workload_hints"] = WorkloadHints(max_prompt_length=max(len(p) for p, _ in workload),
+                                                     max_generated_length=max(n for _, n in workload),
+                                                     num_requests=len(workload))
+        with model.continuous_batching_context_manager(**_accepts(model.continuous_batching_context_manager,
+                                                                  kwargs)) as manager:
+            yield manager
+    elif hasattr(model, "init_continuous_batching"):  # transformers 4.x: no context manager yet
+        manager = model.init_continuous_batching(generation_config=gen_config)
+        manager.start()
+        try:
+            yield manager
+        finally:
+            manager.stop(block=True, timeout=5)
+    else:
+        import transformers
+
+        raise RuntimeError(f"transformers {transformers.__version__} has no continuous batching (generate_batch)")
+
+
+def _finished(result) -> bool:
+    if hasattr(result, "is_finished"):
+        return result.is_finished()
+    return getattr(result.status, "name", str(result.status)) == "FINISHED"  # transformers 4.x
 
 
 def run_hf_continuous(model, kv_bytes_per_token: int, workload) -> tuple[float, list[list[int]]]:
     """What `generate_batch` does (same manager, same workload hints), but with per-request max_new_tokens."""
-    import inspect
-
     gen_config, cb_config = hf_batch_configs(kv_bytes_per_token, workload)
-    kwargs: dict[str, Any] = dict(generation_config=gen_config, block=True, timeout=5,
-                                  continuous_batching_config=cb_config)
-    if "workload_hints" in inspect.signature(model.continuous_batching_context_manager).parameters:
-        from transformers.generation.continuous_batching.utils import WorkloadHints
-
-        kwargs["workload_hints"] = WorkloadHints(max_prompt_length=max(len(p) for p, _ in workload),
-                                                 max_generated_length=max(n for _, n in workload),
-                                                 num_requests=len(workload))
     # Not under inference_mode: the manager's thread updates tensors made here in place.
-    with model.continuous_batching_context_manager(**kwargs) as manager:
+    with _cb_manager(model, gen_config, cb_config, workload) as manager:
         start = time.perf_counter()  # its start-up (cache allocation, warm-up) is not counted
-        ids = [manager.add_request(p, max_new_tokens=n, eos_token_id=-1) for p, n in workload]
+        add = manager.add_request
+        ids = [add(p, **_accepts(add, dict(max_new_tokens=n, eos_token_id=-1))) for p, n in workload]
         if None in ids:
             raise RuntimeError("transformers' continuous batching manager refused requests")
         tokens: dict[str, list[int]] = {}
@@ -92,9 +143,9 @@ def run_hf_continuous(model, kv_bytes_per_token: int, workload) -> tuple[float, 
             if result is None:
                 if not manager.is_running():
                     raise RuntimeError("transformers' continuous batching thread stopped: "
-                                       f"{getattr(manager.background_thread_status, 'fatal_error', None)}")
+                                       f"{getattr(getattr(manager, 'background_thread_status', None), 'fatal_error', None)}")
                 continue
-            if result.is_finished():
+            if _finished(result):
                 if getattr(result, "error", None):
                     raise RuntimeError(f"request {result.request_id} failed: {result.error}")
                 tokens[result.request_id] = list(result.generated_tokens)
