@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from aio.api.schemas import ChatCompletionRequest
 from aio.routing import ClassifierBatcher, Router
 from aio.settings import TierSettings
 from tiers.engine.sampling_params import InvalidRequestError
+from tiers.engine.errors import RequestFailedError
 from tiers.pool import ChatChunk, TierLoad, TierPool, TierUnavailableError
 
 
@@ -25,6 +27,8 @@ class FakeTier:
     max_model_len: int = 100
     words: list[str] = field(default_factory=lambda: ["a", "b", "c"])
     fail_after: int | None = None  # raise after this many chunks
+    # The tier's own fault, for 0.2 s; RequestFailedError: the request's own
+    failure: Callable[[str], Exception] = lambda message: TierUnavailableError(message, retry_after_s=0.2)
     available: bool = True
     waiting: int = 0
     is_demo: bool = False
@@ -47,7 +51,7 @@ class FakeTier:
         self.options.append(options)
         for i, word in enumerate(self.words[:params.max_tokens]):
             if self.fail_after is not None and i == self.fail_after:
-                raise RuntimeError("the device fell over")
+                raise self.failure("the device fell over")
             await asyncio.sleep(0)
             yield ChatChunk(delta_text=word, num_new_tokens=1)
         yield ChatChunk(finish_reason="length" if params.max_tokens <= len(self.words) else "stop",
@@ -182,7 +186,7 @@ def test_unavailable_and_busy_tiers():
 
 
 def test_a_failure_after_the_stream_started_is_an_error_event_then_done():
-    service, log = make_service([FakeTier("small", fail_after=1)], proba=(1.0,))
+    service, log = make_service([FakeTier("small", fail_after=1, failure=RequestFailedError)], proba=(1.0,))
     chat = run(service.prepare(request(stream=True, max_tokens=3), RequestContext()))
 
     async def collect():
@@ -192,10 +196,14 @@ def test_a_failure_after_the_stream_started_is_an_error_event_then_done():
     payloads = [json.loads(e[6:]) for e in events[:-1]]
     assert payloads[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert payloads[1]["choices"][0]["delta"] == {"content": "a"}
-    assert payloads[-1]["error"]["code"] == "generation_failed" and "fell over" in payloads[-1]["error"]["message"]
+    error = payloads[-1]["error"]
+    # The client reads its own request id; the cause stays in the log.
+    assert error["code"] == "generation_failed" and chat.ctx.request_id in error["message"]
+    assert "fell over" not in error["message"] and "RuntimeError" not in error["message"]
     assert events[-1] == "data: [DONE]\n\n"
     [record] = log.records
     assert record.status == "error" and record.completion_tokens == 1 and record.http_status == 500
+    assert "fell over" in record.error
 
 
 def test_a_tier_going_down_mid_request_is_a_503():
@@ -249,6 +257,22 @@ def test_a_failing_tier_falls_back_to_a_larger_one_is_skipped_then_retried():
     _time.sleep(0.25)
     small.fail_after = None  # it recovered
     chat = run(service.prepare(request(), RequestContext()))
+    assert chat.tier.name == "small" and chat.decision.reason == "classifier"
+    run(service.complete(chat))
+    assert service._in_flight == 0
+
+
+def test_a_request_that_fails_by_itself_leaves_its_tier_up_and_tries_no_other():
+    small, large = FakeTier("small", fail_after=0, failure=RequestFailedError), FakeTier("large")
+    service, log = make_service([small, large], proba=(1.0, 0.0, 0.0))
+    chat = run(service.prepare(request(max_tokens=2), RequestContext()))
+    with pytest.raises(APIError) as info:
+        run(service.complete(chat))
+    assert info.value.status_code == 500 and info.value.code == "generation_failed"
+    assert chat.ctx.request_id in info.value.message and "fell over" not in info.value.message
+    assert large.calls == [] and [r.status for r in log.records] == ["error"] and "fell over" in log.records[0].error
+    small.fail_after = None
+    chat = run(service.prepare(request(), RequestContext()))  # not marked down: the next request is served there
     assert chat.tier.name == "small" and chat.decision.reason == "classifier"
     run(service.complete(chat))
     assert service._in_flight == 0

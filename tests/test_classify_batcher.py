@@ -1,5 +1,6 @@
 """The classifier's micro-batcher: texts that arrive while a batch runs share the next one, each caller gets its
-own row, failures reach the callers of that batch only, and a hot swap never mixes classifiers in a batch."""
+own row, a text that fails its batch fails alone (or is scored by the fallback), and a hot swap never mixes
+classifiers in a batch."""
 from __future__ import annotations
 
 import asyncio
@@ -53,23 +54,36 @@ def test_texts_arriving_during_a_batch_share_the_next_and_get_their_own_rows():
     assert (batcher.num_batches, batcher.num_texts) == (3, 6)
 
 
-def test_a_failure_reaches_its_batch_and_the_batcher_keeps_working():
+def _batch_with_one_bad_text(fallback=None):
     async def main():
         clf = RecordingClassifier("1", fail_on="bad")
-        batcher = ClassifierBatcher()
-        first = asyncio.create_task(batcher.predict(clf, "ok"))
+        batcher = ClassifierBatcher(fallback=fallback)
+        first = asyncio.create_task(batcher.score(clf, "ok"))
         await wait_entered(clf)
-        doomed = [asyncio.create_task(batcher.predict(clf, t)) for t in ("bad", "innocent")]
+        queued = [asyncio.create_task(batcher.score(clf, t)) for t in ("bad", "innocent")]
         await asyncio.sleep(0.05)
         clf.release.set()
-        results = await asyncio.gather(first, *doomed, return_exceptions=True)
+        results = await asyncio.gather(first, *queued, return_exceptions=True)
         after = await batcher.predict(clf, "later")
-        return results, after
+        return clf, batcher, results, after
 
-    (first, bad, innocent), after = asyncio.run(main())
-    assert first[0] == 2
-    assert isinstance(bad, ValueError) and isinstance(innocent, ValueError) and "bad" in str(bad)
-    assert after[0] == 5
+    return asyncio.run(main())
+
+
+def test_a_text_that_fails_its_batch_fails_alone_and_the_batcher_keeps_working():
+    clf, batcher, (first, bad, innocent), after = _batch_with_one_bad_text()
+    assert clf.batches == [["ok"], ["bad", "innocent"], ["bad"], ["innocent"], ["later"]]  # then one by one
+    assert first.proba[0] == 2 and innocent.proba[0] == 8 and innocent.classifier is clf
+    assert isinstance(bad, ValueError) and "bad" in str(bad)
+    assert after[0] == 5 and batcher.num_fallbacks == 0
+
+
+def test_a_text_the_classifier_fails_on_is_scored_by_the_fallback():
+    fallback = RecordingClassifier("9")
+    fallback.release.set()
+    clf, batcher, (first, bad, innocent), after = _batch_with_one_bad_text(fallback)
+    assert fallback.batches == [["bad"]] and bad.classifier is fallback and bad.proba.tolist() == [3, 9]
+    assert innocent.classifier is clf and innocent.proba[0] == 8 and batcher.num_fallbacks == 1
 
 
 def test_a_hot_swap_never_mixes_classifiers_in_a_batch():

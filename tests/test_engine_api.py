@@ -301,3 +301,76 @@ def test_a_broken_scheduler_fails_streams_instead_of_hanging(llama_path, monkeyp
     with pytest.raises(RuntimeError, match="simulated scheduler bug"):
         asyncio.run(asyncio.wait_for(main(), timeout=30))
     engine.close()
+
+
+def run_to_completion(engine) -> dict[str, object]:
+    """Steps until idle; each request's final output by id."""
+    finished = {}
+    while engine.has_unfinished_requests():
+        finished.update((o.request_id, o) for o in engine.step() if o.finished)
+    return finished
+
+
+def test_a_sequence_that_breaks_the_batched_step_fails_alone(engine, monkeypatch):
+    from tiers.engine.errors import REQUEST_FAILED
+
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    alone = {name: greedy(engine, p, max_tokens=12).token_ids for name, p in (("a", PROMPT), ("b", PROMPT[:6]))}
+    real_execute = engine.runner.execute
+
+    def poisoned(scheduled):
+        if any(s.seq.request_id == "poison" for s in scheduled) and any(s.seq.num_output_tokens >= 3
+                                                                         for s in scheduled):
+            raise RuntimeError("simulated fault in one request's step")
+        return real_execute(scheduled)
+
+    monkeypatch.setattr(engine.runner, "execute", poisoned)
+    engine.add_request(PROMPT, params, request_id="a")
+    engine.add_request(PROMPT[3:], params, request_id="poison")
+    engine.add_request(PROMPT[:6], params, request_id="b")
+    finished = run_to_completion(engine)
+    assert finished["poison"].finish_reason == "error" and finished["poison"].error_kind == REQUEST_FAILED
+    assert "simulated fault" in finished["poison"].error
+    assert finished["a"].finish_reason == finished["b"].finish_reason == "length"
+    assert finished["a"].token_ids == alone["a"] and finished["b"].token_ids == alone["b"]
+    assert_no_leak(engine)
+
+
+def test_a_grammar_that_gives_up_mid_generation_fails_its_request_only(engine, monkeypatch):
+    """The recursive schema of the blast-radius report, let past the up-front check: llguidance gives up after its
+    first tokens. Its request ends as an invalid request; the one decoding beside it is untouched."""
+    from tiers.engine import structured_output
+    from tiers.engine.errors import REQUEST_INVALID
+    from tiers import StructuredOutputParams
+
+    monkeypatch.setattr(structured_output, "_check_recursion", lambda schema: None)
+    endless = StructuredOutputParams(json_schema={"type": "object", "properties": {"a": {"$ref": "#"}},
+                                                  "required": ["a"]})
+    alone = greedy(engine, max_tokens=20).token_ids
+    engine.add_request(PROMPT, SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True), request_id="ok")
+    engine.add_request(PROMPT[2:], SamplingParams(max_tokens=40, temperature=0.0, structured_output=endless),
+                       request_id="endless")
+    finished = run_to_completion(engine)
+    assert finished["endless"].finish_reason == "error" and finished["endless"].error_kind == REQUEST_INVALID
+    assert "structured output could not go on" in finished["endless"].error
+    assert finished["ok"].finish_reason == "length" and finished["ok"].token_ids == alone
+    assert_no_leak(engine)
+    with pytest.raises(InvalidRequestError, match="structured output could not go on"):
+        engine.generate([PROMPT], SamplingParams(max_tokens=40, temperature=0.0, structured_output=endless))
+
+
+def test_a_broken_engine_loop_is_the_tier_s_failure(llama_path, monkeypatch):
+    """The scheduler's own failure is not one request's: the local tier reports itself unavailable."""
+    from tiers.pool import LocalTier, TierUnavailableError
+
+    engine = Engine.from_pretrained(llama_path, max_model_len=256)
+    tier = LocalTier("small", engine, "m")
+    monkeypatch.setattr(engine.scheduler, "schedule", lambda: (_ for _ in ()).throw(RuntimeError("bug")))
+
+    async def main():
+        async for _ in tier.stream_chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=3), "r1"):
+            pass
+
+    with pytest.raises(TierUnavailableError, match="engine failed"):
+        asyncio.run(asyncio.wait_for(main(), timeout=30))
+    engine.close()

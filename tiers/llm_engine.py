@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence as Seq
@@ -18,6 +17,8 @@ from tiers.attention.selector import get_attention_backend
 from tiers.engine.block_manager import BlockManager
 from tiers.engine.config import EngineConfig
 from tiers.engine.detokenizer import Detokenizer
+from tiers.engine.errors import ENGINE_FAILED, REQUEST_INVALID, describe_failure, failure
+from tiers.engine.isolation import execute_isolated
 from tiers.engine.kv_cache import kv_bytes_per_block, resolve_max_model_len
 from tiers.engine.model_runner import ModelRunner
 from tiers.engine.output_processor import OutputProcessor
@@ -25,7 +26,7 @@ from tiers.engine.outputs import EngineStats, RequestOutput
 from tiers.engine.processor import InputProcessor, Prompt
 from tiers.engine.sampler import SamplerOutput
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams, StructuredOutputParams
-from tiers.engine.scheduler import Scheduler, SchedulerOutput
+from tiers.engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
 from tiers.engine.sequence import Sequence
 from tiers.models.checkpoint import open_checkpoint
 from tiers.models.config import ModelConfig
@@ -120,6 +121,8 @@ class Engine:
     # ---- the step -------------------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        """One scheduler/model step. A failure while serving one sequence ends that sequence with an error (its
+        blocks freed) and the others go on; only a failure of the engine's own bookkeeping raises."""
         with self._lock:
             outputs: list[RequestOutput] = []
             self._admit_pending(outputs)
@@ -131,44 +134,47 @@ class Engine:
                 assert not self.scheduler.has_unfinished(), "requests are waiting but none can be scheduled"
                 return outputs
             self.num_steps += 1
-            try:
-                sampled = self._execute(sched)
-            except Exception as exc:  # a failed step fails its own requests, never the engine
-                logger.exception("engine step failed")
-                for s in sched.scheduled:
-                    self._finish(s.seq, "error", outputs, error=f"{type(exc).__name__}: {exc}")
-                return outputs
+            sampled = execute_isolated(sched.scheduled, lambda: self._execute(sched),
+                                       lambda s: self.runner.execute([s]).get(0),
+                                       lambda seq, exc: self._fail(seq, exc, outputs))
             self._update(sched, sampled, outputs)
             return outputs
 
     def _execute(self, sched: SchedulerOutput) -> dict[int, SamplerOutput]:
-        spec = self.speculator
-        if spec is None:
+        if self.speculator is None:
             return self.runner.execute(sched.scheduled)
-        spec.propose(sched.scheduled)
-        start = time.perf_counter()
-        sampled = self.runner.execute(sched.scheduled)
-        spec.observe_target(sched.num_tokens, time.perf_counter() - start)
-        return sampled
+        return self.speculator.execute(sched.scheduled, self.runner.execute)
 
     def _update(self, sched: SchedulerOutput, sampled: dict[int, SamplerOutput], outputs: list[RequestOutput]
                 ) -> None:
         for i, s in enumerate(sched.scheduled):
-            seq = s.seq
-            was_decoding = seq.num_output_tokens > 0 and s.num_new_tokens == 1 + s.num_spec_tokens
-            seq.num_computed_tokens += s.num_new_tokens
-            out = sampled.get(i)
-            if out is None:
+            if s.seq.is_finished:  # failed in this step
                 continue
-            if self.speculator is not None and (out.num_draft_tokens or was_decoding):
-                self.speculator.verified(seq, out.num_draft_tokens, out.num_accepted)
-            for token, logprob in zip(out.token_ids, out.logprobs):
-                reason = self.output_processor.append_token(seq, token, logprob)
-                if reason is not None:
-                    self._finish(seq, reason, outputs)
-                    break
-                if seq.stream:
-                    self.output_processor.emit(seq, outputs)
+            try:
+                self._update_sequence(s, sampled.get(i), outputs)
+            except Exception as exc:  # noqa: BLE001 - this sequence's own failure (its grammar, its stop strings)
+                self._fail(s.seq, exc, outputs)
+
+    def _update_sequence(self, s: ScheduledSequence, out: SamplerOutput | None, outputs: list[RequestOutput]
+                         ) -> None:
+        seq = s.seq
+        was_decoding = seq.num_output_tokens > 0 and s.num_new_tokens == 1 + s.num_spec_tokens
+        seq.num_computed_tokens += s.num_new_tokens
+        if out is None:
+            return
+        if self.speculator is not None and (out.num_draft_tokens or was_decoding):
+            self.speculator.verified(seq, out.num_draft_tokens, out.num_accepted)
+        reason = self.output_processor.append_tokens(seq, out.token_ids, out.logprobs, outputs)
+        if reason is not None:
+            self._finish(seq, reason, outputs)
+
+    def _fail(self, seq: Sequence, exc: Exception, outputs: list[RequestOutput]) -> None:
+        """Ends one sequence whose serving raised `exc` (its own failure: logged with its traceback); the engine
+        goes on."""
+        if not seq.is_finished:
+            message, kind = describe_failure(exc)
+            logger.warning("request %s failed: %s", seq.request_id, message, exc_info=kind != REQUEST_INVALID)
+            self._finish(seq, "error", outputs, error=message, error_kind=kind)
 
     def _admit_pending(self, outputs: list[RequestOutput]) -> None:
         while self._pending:
@@ -180,10 +186,11 @@ class Engine:
             if seq is not None and not seq.is_finished:
                 self._finish(seq, "abort", outputs)
 
-    def _finish(self, seq: Sequence, reason: str, outputs: list[RequestOutput], error: str | None = None) -> None:
+    def _finish(self, seq: Sequence, reason: str, outputs: list[RequestOutput], error: str | None = None,
+                error_kind: str | None = None) -> None:
         self.scheduler.finish(seq, reason, discard_cached=reason == "error")
         self._seqs.pop(seq.request_id, None)
-        self.output_processor.finish(seq, outputs, error)
+        self.output_processor.finish(seq, outputs, error, error_kind)
 
     # ---- front ends -----------------------------------------------------------------------------------------
 
@@ -210,7 +217,7 @@ class Engine:
                 self.step()
         errors = [r for r in results.values() if r.finish_reason == "error"]
         if errors:
-            raise RuntimeError(f"generation failed: {errors[0].error}")
+            raise failure(errors[0].error_kind, errors[0].error or "unknown error")
         return [results[s.request_id] for s in seqs]
 
     async def stream(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
@@ -229,7 +236,7 @@ class Engine:
                 out = await queue.get()
                 finished = out.finished
                 if out.finish_reason == "error":
-                    raise RuntimeError(f"generation failed: {out.error}")
+                    raise failure(out.error_kind, out.error or "unknown error")
                 yield out
         finally:
             if not finished:
@@ -252,7 +259,7 @@ class Engine:
                     return
             try:
                 self.step()
-            except Exception as exc:  # a bug outside the model step: fail everyone rather than hang the streams
+            except Exception as exc:  # the engine's own bookkeeping broke: fail everyone rather than hang the streams
                 logger.exception("engine loop failed")
                 self._fail_all(f"{type(exc).__name__}: {exc}")
 
@@ -261,7 +268,7 @@ class Engine:
             self._admit_pending([])
             for seq in list(self._seqs.values()):
                 if not seq.is_finished:
-                    self._finish(seq, "error", [], error=error)
+                    self._finish(seq, "error", [], error=error, error_kind=ENGINE_FAILED)
 
     def close(self) -> None:
         """Stops the background loop; unfinished requests are aborted."""
@@ -278,16 +285,20 @@ class Engine:
         return not self._closed
 
     def stats(self) -> EngineStats:
-        bm = self.block_manager
-        used = bm.num_blocks - bm.num_free_blocks
-        return EngineStats(num_blocks=bm.num_blocks, num_free_blocks=bm.num_free_blocks, num_used_blocks=used,
-                           kv_cache_usage=used / bm.num_blocks, num_running=len(self.scheduler.running),
-                           num_waiting=len(self.scheduler.waiting) + len(self._pending),
-                           prefix_cache_hit_rate=bm.prefix_hit_rate, num_preemptions=self.scheduler.num_preemptions,
-                           num_steps=self.num_steps, speculative=self.speculator.stats() if self.speculator else None)
+        return _stats(self.block_manager, self.scheduler, len(self._pending), self.num_steps, self.speculator)
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         return self.processor.apply_chat_template(messages, add_generation_prompt)
+
+
+def _stats(bm: BlockManager, scheduler: Scheduler, num_pending: int, num_steps: int,
+           speculator: Speculator | None) -> EngineStats:
+    used = bm.num_blocks - bm.num_free_blocks
+    return EngineStats(num_blocks=bm.num_blocks, num_free_blocks=bm.num_free_blocks, num_used_blocks=used,
+                       kv_cache_usage=used / bm.num_blocks, num_running=len(scheduler.running),
+                       num_waiting=len(scheduler.waiting) + num_pending, prefix_cache_hit_rate=bm.prefix_hit_rate,
+                       num_preemptions=scheduler.num_preemptions, num_steps=num_steps,
+                       speculative=speculator.stats() if speculator else None)
 
 
 def _draft_model(config: EngineConfig, draft: str | Path | Engine | None, target: DraftTarget

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Protocol, Sequence
 
 from tiers.engine.config import EngineConfig
+from tiers.engine.errors import EngineFailedError, RequestFailedError
 from tiers.engine.outputs import SpecDecodeStats
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.sequence import TokenLogprob
@@ -24,7 +25,8 @@ Message = dict[str, Any]  # {"role", "content"}; assistant turns may carry "tool
 
 
 class TierUnavailableError(RuntimeError):
-    """The tier cannot take requests now (its server is unreachable or its engine failed)."""
+    """The tier cannot take requests now (its server is unreachable or its engine failed). The only failure that
+    marks a tier down: a request's own failure (RequestFailedError, InvalidRequestError) leaves it up."""
 
     def __init__(self, message: str, retry_after_s: float = 5.0) -> None:
         super().__init__(message)
@@ -110,13 +112,17 @@ class LocalTier:
             raise TierUnavailableError(f"tier {self.name} is shut down")
         params = self.tools.guided(params, options)
         parser = self.tools.parser(options)
-        async for out in self.engine.stream(prompt_ids, params, request_id=request_id, priority=priority):
-            chunk = ChatChunk(delta_text=out.delta_text, num_new_tokens=len(out.new_token_ids),
-                              logprobs=out.logprobs[-len(out.new_token_ids):] if out.logprobs and out.new_token_ids else None,
-                              finish_reason=out.finish_reason if out.finished else None,
-                              num_prompt_tokens=out.num_prompt_tokens, num_cached_tokens=out.num_cached_tokens,
-                              queue_time_s=out.queue_time_s)
-            yield parser.apply(chunk) if parser is not None else chunk
+        try:
+            async for out in self.engine.stream(prompt_ids, params, request_id=request_id, priority=priority):
+                chunk = ChatChunk(delta_text=out.delta_text, num_new_tokens=len(out.new_token_ids),
+                                  logprobs=out.logprobs[-len(out.new_token_ids):]
+                                  if out.logprobs and out.new_token_ids else None,
+                                  finish_reason=out.finish_reason if out.finished else None,
+                                  num_prompt_tokens=out.num_prompt_tokens, num_cached_tokens=out.num_cached_tokens,
+                                  queue_time_s=out.queue_time_s)
+                yield parser.apply(chunk) if parser is not None else chunk
+        except EngineFailedError as exc:
+            raise TierUnavailableError(f"tier {self.name}'s engine failed and ended its requests: {exc}") from exc
 
     def token_text(self, token_id: int) -> str:
         tokenizer = self.engine.tokenizer
@@ -177,8 +183,8 @@ def load_local_tier(name: str, path: str | Path, config: EngineConfig, model: st
     return LocalTier(name=name, engine=engine, model=model or _model_name(Path(path)), is_demo=is_demo)
 
 
-__all__ = ["ChatChunk", "InvalidRequestError", "LocalTier", "Tier", "TierLoad", "TierPool", "TierUnavailableError",
-           "load_local_tier"]
+__all__ = ["ChatChunk", "InvalidRequestError", "LocalTier", "RequestFailedError", "Tier", "TierLoad", "TierPool",
+           "TierUnavailableError", "load_local_tier"]
 
 
 def _model_name(path: Path) -> str:

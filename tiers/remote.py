@@ -8,6 +8,7 @@ from typing import Any, AsyncIterator, Sequence
 
 import httpx
 
+from tiers.engine.errors import RequestFailedError
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.pool import ChatChunk, Message, TierLoad, TierUnavailableError
 from tiers.tools.options import ChatOptions, ToolCallDelta
@@ -122,7 +123,7 @@ class RemoteTier:
                         break
                     event = json.loads(data)
                     if "error" in event:
-                        raise RuntimeError(f"tier {self.name}: {event['error'].get('message', event['error'])}")
+                        raise RequestFailedError(f"tier {self.name}: {event['error'].get('message', event['error'])}")
                     for choice in event.get("choices") or []:
                         delta = choice.get("delta") or {}
                         text = delta.get("content") or ""
@@ -177,4 +178,4 @@ def _remote_error(name: str, response: httpx.Response) -> Exception:
         return TierUnavailableError(f"tier {name} is busy or down: {message}", retry_after)
     if response.status_code == 400:
         return InvalidRequestError(message)
-    return RuntimeError(f"tier {name} answered {response.status_code}: {message}")
+    return RequestFailedError(f"tier {name} answered {response.status_code}: {message}")

@@ -96,12 +96,15 @@ def record_failure(state: GenerationState, exc: BaseException) -> None:
         state.http_status = 503 if isinstance(exc, TierUnavailableError) else 500
 
 
-def api_error(exc: BaseException) -> APIError:
-    """What the client is told about a generation that raised `exc`."""
+def api_error(exc: BaseException, request_id: str) -> APIError:
+    """What the client is told about a generation that raised `exc`: our own messages as they are; an internal
+    failure's details stay in the server's log and the request log, under the request's id."""
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, TierUnavailableError):
-        return APIError(503, str(exc), code="tier_unavailable", retry_after_s=exc.retry_after_s)
+        return APIError(503, f"the tier serving this request became unavailable (request id {request_id}); retry "
+                             "later", code="tier_unavailable", retry_after_s=exc.retry_after_s)
     if isinstance(exc, InvalidRequestError):
         return invalid_request(str(exc))
-    return APIError(500, f"generation failed: {exc}", code="generation_failed")
+    return APIError(500, f"generation failed with an internal error; the server's log has the details under request "
+                         f"id {request_id}", code="generation_failed")

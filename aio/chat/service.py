@@ -22,8 +22,9 @@ from aio.routing import ClassifierBatcher, Router, RoutingDecision
 from aio.routing.context_routing import ContextRouting
 from aio.settings import Prices, TierSettings
 from classifier.features import messages_to_text
+from classifier.heuristic import HeuristicClassifier
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
-from tiers.pool import ChatChunk, Tier, TierPool
+from tiers.pool import ChatChunk, Tier, TierPool, TierUnavailableError
 from tiers.tools.options import ChatOptions
 
 QUEUE_FULL_RETRY_AFTER_S = 1.0
@@ -44,7 +45,9 @@ class ChatService:
         self.max_concurrent_requests = max_concurrent_requests
         self.queue_timeout_s = queue_timeout_s
         self.structured_min_tier = structured_min_tier
-        self.classifier_batcher = ClassifierBatcher()
+        # A text the classifier fails on is routed by the heuristic rather than failing its batch-mates.
+        self.classifier_batcher = ClassifierBatcher(fallback=HeuristicClassifier(n_tiers=len(pool))
+                                                    if len(pool) > 1 else None)
         self.context_routing = ContextRouting()  # conversation stickiness, recent failed verifications
         self.tiers = TierSelector(pool, tier_retry_after_s)
         prices = {name: t.prices for name, t in tier_settings.items()}
@@ -150,8 +153,8 @@ class ChatService:
         if body.model == "auto":
             classifier = self.router.classifier  # may be swapped meanwhile: decide with the one that scored
             text = messages_to_text(messages)[:CLASSIFIER_MAX_CHARS]
-            proba, embedding = await self.classifier_batcher.score(classifier, text)
-            return self.router.decide(proba, body.aio_quality, classifier), embedding
+            score = await self.classifier_batcher.score(classifier, text)
+            return self.router.decide(score.proba, body.aio_quality, score.classifier), score.embedding
         tier = self.pool.find(body.model)
         if tier is None:
             names = ["auto"] + [t.name for t in self.pool] + [t.model for t in self.pool]
@@ -162,9 +165,11 @@ class ChatService:
     # ---- generation ---------------------------------------------------------------------------------------
 
     async def open(self, chat: PreparedChat) -> Opened:
-        """Starts generating and waits for the first chunk. A tier that fails before answering is marked down
-        and the request falls back to the next larger tier that is up; past `queue_timeout_s` without a first
-        chunk the request is refused (503), not served late. Raises APIError (the request is logged)."""
+        """Starts generating and waits for the first chunk. A tier that fails before answering (unavailable: its
+        server unreachable, its engine broken) is marked down and the request falls back to the next larger tier
+        that is up; a failure of the request's own is its error alone (the tier stays up). Past
+        `queue_timeout_s` without a first chunk the request is refused (503), not served late. Raises APIError
+        (the request is logged)."""
         self._in_flight += 1
         self._hold_sequences(chat, +1)
         self.accounting.begun(chat)
@@ -182,7 +187,7 @@ class ChatService:
                                  retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
             except InvalidRequestError as exc:
                 error = invalid_request(str(exc))
-            except Exception as exc:  # the tier failed before answering: mark it down, try a larger one
+            except TierUnavailableError as exc:  # the tier failed before answering: mark it down, try a larger one
                 self.tiers.mark_down(chat.tier.name, exc)
                 fallback = await self.tiers.fall_back(chat.tier, chat.decision, chat.messages, chat.max_tokens,
                                                       chat.options)
@@ -190,9 +195,14 @@ class ChatService:
                     chat.tier, chat.num_prompt_tokens, chat.decision = (fallback.tier, fallback.num_prompt_tokens,
                                                                         fallback.decision)
                     continue
-                error = api_error(exc)
+                record_failure(state, exc)
+                error = api_error(exc, chat.ctx.request_id)
+            except Exception as exc:  # this request's own failure: the tier stays up, no other tier is tried
+                record_failure(state, exc)
+                error = api_error(exc, chat.ctx.request_id)
             await chunks.aclose()
-            state.status, state.error, state.http_status = "error", error.message, error.status_code
+            state.status, state.http_status = "error", error.status_code
+            state.error = state.error or error.message
             self._finish(chat, state)
             raise error
 
@@ -205,7 +215,7 @@ class ChatService:
                     pass
         except BaseException as exc:
             record_failure(state, exc)
-            raise api_error(exc) from exc
+            raise api_error(exc, chat.ctx.request_id) from exc
         finally:
             self._finish(chat, state)
         return completion_body(chat, state, self.accounting.costs(chat, state))
@@ -229,7 +239,7 @@ class ChatService:
             raise
         except Exception as exc:
             record_failure(state, exc)
-            yield sse(api_error(exc).body())
+            yield sse(api_error(exc, chat.ctx.request_id).body())
             yield "data: [DONE]\n\n"
         finally:
             if opened.chunks is not None:

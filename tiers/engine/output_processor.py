@@ -22,10 +22,9 @@ def eos_token_ids(model_config: ModelConfig, tokenizer: Any) -> set[int]:
 
 
 def _grammar_terminates(seq: Sequence, token: int) -> bool:
-    """Advances the sequence's grammar by its new token; True when that token (a stop token) ended the grammar."""
-    accepted = seq.grammar.accept(token)
-    # The sampler's mask allowed only tokens the grammar accepts.
-    assert accepted, f"the grammar of request {seq.request_id} rejected token {token} that its mask allowed"
+    """Advances the sequence's grammar by its new token; True when that token (a stop token) ended the grammar.
+    GrammarError when the grammar cannot go on: the request fails, not the step."""
+    seq.grammar.accept(token)
     return seq.grammar.is_terminated
 
 
@@ -35,8 +34,21 @@ class OutputProcessor:
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
 
+    def append_tokens(self, seq: Sequence, token_ids: list[int], logprobs: list[TokenLogprob | None],
+                      outputs: list[RequestOutput]) -> str | None:
+        """Appends a step's tokens (a stream gets an output per token); the finish reason when one of them ends the
+        sequence, the tokens after it dropped."""
+        for token, logprob in zip(token_ids, logprobs):
+            reason = self.append_token(seq, token, logprob)
+            if reason is not None:
+                return reason
+            if seq.stream:
+                self.emit(seq, outputs)
+        return None
+
     def append_token(self, seq: Sequence, token: int, logprob: TokenLogprob | None) -> str | None:
-        """Returns the finish reason when this token ends the sequence."""
+        """Returns the finish reason when this token ends the sequence. Raises GrammarError when the sequence's
+        grammar cannot take the token."""
         seq.token_ids.append(token)
         if logprob is not None:
             seq.logprobs.append(logprob)
@@ -58,13 +70,15 @@ class OutputProcessor:
             reason = "length"
         return reason
 
-    def finish(self, seq: Sequence, outputs: list[RequestOutput], error: str | None = None) -> None:
+    def finish(self, seq: Sequence, outputs: list[RequestOutput], error: str | None = None,
+               error_kind: str | None = None) -> None:
         """The last output of a sequence the scheduler has let go of."""
-        if self.detokenizer is not None and not (seq.stream or seq.params.stop):
+        if error is None and self.detokenizer is not None and not (seq.stream or seq.params.stop):
             seq.text = self.detokenizer.decode(seq.output_token_ids, seq.params.skip_special_tokens)
-        self.emit(seq, outputs, error)
+        self.emit(seq, outputs, error, error_kind)
 
-    def emit(self, seq: Sequence, outputs: list[RequestOutput], error: str | None = None) -> None:
+    def emit(self, seq: Sequence, outputs: list[RequestOutput], error: str | None = None,
+             error_kind: str | None = None) -> None:
         text_end = len(seq.text)
         if not seq.is_finished and seq.params.stop:
             # A stop string may be forming at the end: hold those characters back until it is decided.
@@ -75,7 +89,7 @@ class OutputProcessor:
             stop_reason=seq.stop_reason, new_token_ids=seq.token_ids[seq.num_prompt_tokens + seq.num_tokens_sent:],
             delta_text=seq.text[seq.num_text_sent:text_end],
             logprobs=list(seq.logprobs) if seq.params.logprobs is not None else None,
-            num_cached_tokens=seq.num_cached_tokens, queue_time_s=seq.queue_time, error=error)
+            num_cached_tokens=seq.num_cached_tokens, queue_time_s=seq.queue_time, error=error, error_kind=error_kind)
         seq.num_text_sent, seq.num_tokens_sent = text_end, seq.num_output_tokens
         outputs.append(out)
         if seq.on_output is not None:

@@ -21,6 +21,7 @@ class RequestOutput:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     queue_time_s: float | None = None  # arrival to first schedule; None while the request still waits
     error: str | None = None  # set when finish_reason == "error"
+    error_kind: str | None = None  # then whose failure it was: tiers.engine.errors' REQUEST_INVALID, ...
 
     @property
     def num_prompt_tokens(self) -> int:

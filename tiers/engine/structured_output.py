@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
+from tiers.engine.errors import GrammarError
 from tiers.engine.sampling_params import InvalidRequestError, StructuredOutputParams
+from tiers.engine.schema_cycles import SchemaTooDeepError, empty_ref_cycle
 
 CACHE_SIZE = 256
 COMPACT = {"x-guidance": {"whitespace_flexible": False}}
@@ -87,6 +89,7 @@ class GrammarCompiler:
         schema = {"type": "object"} if params.json_object else params.json_schema
         if "x-guidance" in schema:
             raise InvalidRequestError("structured_output.json_schema must not set 'x-guidance'")
+        _check_recursion(schema)
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, **COMPACT}))
             matcher = llguidance.LLMatcher(tokenizer, grammar)
@@ -106,13 +109,36 @@ class GrammarCompiler:
 
 class GrammarState:
     """One sequence's position in its grammar. The mask allows the stop tokens (the model's EOS) only where the
-    grammar accepts the output so far."""
+    grammar accepts the output so far. A grammar that cannot go on (the library hit one of its limits while
+    computing a mask, or refused a token its mask allowed) fails its own request only: `error` says why."""
 
     def __init__(self, matcher: Any) -> None:
         self.matcher = matcher
+        self.error: str | None = None
 
-    def accept(self, token: int) -> bool:
-        return bool(self.matcher.consume_token(token)) and not self.matcher.is_error()
+    def accept(self, token: int) -> None:
+        """Advances by `token`; GrammarError when the grammar has failed or cannot take it."""
+        if self.error is None and not (self.matcher.consume_token(token) and not self.matcher.is_error()):
+            self.error = f"the grammar refused token {token}: {self._library_error()}"
+        if self.error is not None:
+            raise GrammarError(f"structured output could not go on: {self.error}")
+
+    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
+        """Writes the tokens allowed next into bitmask[row]; on failure, records it and allows everything (the
+        row's token is discarded with its request)."""
+        import llguidance.torch
+
+        try:
+            llguidance.torch.fill_next_token_bitmask(self.matcher, bitmask, row)
+            failed = self.matcher.is_error()
+        except Exception as exc:  # noqa: BLE001 - the library's own failure, this request's alone
+            failed, self.error = True, _first_line(exc)
+        if failed:
+            self.error = self.error or self._library_error()
+            bitmask[row] = -1
+
+    def _library_error(self) -> str:
+        return _first_line(self.matcher.get_error()) if self.matcher.is_error() else "no reason given"
 
     @property
     def is_terminated(self) -> bool:
@@ -126,10 +152,23 @@ def apply_grammar_masks(logits: torch.Tensor, rows: list[int], states: list[Gram
 
     bitmask = llguidance.torch.allocate_token_bitmask(len(rows), logits.shape[-1])
     for j, state in enumerate(states):
-        llguidance.torch.fill_next_token_bitmask(state.matcher, bitmask, j)
+        state.fill_mask(bitmask, j)
     sub = logits[rows]
     llguidance.torch.apply_token_bitmask_inplace(sub, bitmask.to(sub.device))
     logits[rows] = sub
+
+
+def _check_recursion(schema: dict[str, Any]) -> None:
+    """A schema whose `$ref` recursion never ends is the request's 400, before the grammar library gives up on it
+    mid-generation."""
+    try:
+        cycle = empty_ref_cycle(schema)
+    except SchemaTooDeepError as exc:
+        raise InvalidRequestError(f"invalid JSON schema in structured_output: {exc}") from None
+    if cycle is not None:
+        raise InvalidRequestError(
+            f"the JSON schema has no finite instance: the $ref cycle {' -> '.join(cycle)} never ends (each step is "
+            "required); make a step optional, allow an empty array, or add an anyOf branch without the $ref")
 
 
 def _first_line(message: Any) -> str:

@@ -9,6 +9,9 @@ freed with the sequence as always. The draft's own count follows: it never excee
 """
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 from tiers.engine.config import EngineConfig
 from tiers.engine.outputs import SpecDecodeStats
 from tiers.engine.scheduler import ScheduledSequence
@@ -32,6 +35,16 @@ class Speculator:
         else:
             self.proposer = NgramProposer(config.ngram_min, config.ngram_max)
         self.metrics = SpecDecodeMetrics(max_k)
+
+    def execute(self, scheduled: list[ScheduledSequence], execute_target: Callable[[list[ScheduledSequence]], dict]
+                ) -> dict:
+        """The step: proposes the draft tokens, then runs `execute_target` (the target's forward and sampling),
+        whose time the adaptive controller weighs against the draft's."""
+        self.propose(scheduled)
+        start = time.perf_counter()
+        sampled = execute_target(scheduled)
+        self.observe_target(sum(s.num_new_tokens for s in scheduled), time.perf_counter() - start)
+        return sampled
 
     def plan(self, running: list[Sequence], num_prefill_tokens: int, max_model_len: int) -> None:
         """Sets each running sequence's num_lookahead_tokens for the next schedule. num_prefill_tokens: what the
