@@ -16,6 +16,9 @@ app = typer.Typer(help="AIO: the Adaptive Inference Orchestrator.", no_args_is_h
 @app.callback()
 def main() -> None:
     """AIO command line."""
+    # Whatever any command creates ($AIO_HOME, the SQLite log, caches, exports) is its user's alone: the log holds
+    # key hashes, prompts and answers.
+    os.umask(0o077)
 
 
 @app.command()
@@ -36,6 +39,7 @@ def serve(host: str = typer.Option("127.0.0.1", metavar="HOST", help="address to
     from aio.server.app import StartupError, create_app, preflight
     from aio.server.auth import weak_admin_key_reason
     from aio.server.data_at_rest import generated_admin_key, restrict_home, restrict_sqlite_file
+    from aio.server.proxies import proxy_header_options
     from aio.server.slow_clients import header_timeout_protocol
     from aio.settings import ConfigError, load_settings
 
@@ -46,10 +50,12 @@ def serve(host: str = typer.Option("127.0.0.1", metavar="HOST", help="address to
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-    if settings.admin_key is not None and (weak := weak_admin_key_reason(settings.admin_key)):
-        typer.echo(f"error: {weak} (AIO_ADMIN_KEY); e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'",
-                   err=True)
-        raise typer.Exit(2)
+    for name, key, what in (("AIO_ADMIN_KEY", settings.admin_key, "the admin key"),
+                            ("AIO_METRICS_KEY", settings.metrics_key, "the metrics key")):
+        if key is not None and (weak := weak_admin_key_reason(key, what)):
+            typer.echo(f"error: {weak} ({name}); e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+                       err=True)
+            raise typer.Exit(2)
     restrict_home(settings.home)
     try:
         preflight(settings, host)
@@ -78,7 +84,7 @@ def serve(host: str = typer.Option("127.0.0.1", metavar="HOST", help="address to
                 log_level=log_level.lower(), timeout_graceful_shutdown=30,
                 http=header_timeout_protocol(settings.header_timeout_s),
                 timeout_keep_alive=max(1, round(settings.keep_alive_timeout_s)),
-                limit_concurrency=settings.max_connections)
+                limit_concurrency=settings.max_connections, **proxy_header_options(settings.trusted_proxies))
 
 
 def _exit_cleanly_on_signals() -> None:

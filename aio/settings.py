@@ -145,8 +145,14 @@ class Settings(BaseSettings):
     dashboard_session_hours: float = Field(12.0, gt=0)
     cookie_secure: Literal["auto"] | bool = "auto"
     trusted_proxies: list[str] = Field(default_factory=list)
-    login_max_failures: int = Field(10, ge=1)
+    login_max_failures: int = Field(10, ge=1)  # failed admin checks per client (sign-in form and Bearer) before 429
     login_window_s: float = Field(300.0, gt=0)
+    # who may read GET /metrics (traffic, cost, quality verdicts): "none" = anyone who reaches the port; "admin" =
+    # the admin key or an admin-role API key as Bearer; "key" = `metrics_key` (a scraper's own key) or the admin's
+    metrics_auth: Literal["none", "admin", "key"] = "none"
+    metrics_key: str | None = None
+    # /docs, /redoc and /openapi.json: off by default (the docs pages load their scripts from a CDN)
+    api_docs: bool = False
     classifier_path: Path | None = None  # pin a saved classifier folder; default: the active version in the DB
     classifier_poll_interval_s: float = Field(10.0, gt=0)  # how often servers look for a new version/thresholds
     # the quality monitor (names as AIO_QUALITY_SAMPLE_RATE etc.)
@@ -204,6 +210,14 @@ class Settings(BaseSettings):
             except ValueError as exc:
                 raise ValueError(f"trusted_proxies: {proxy!r} is not an IP address or network ({exc})") from None
         return proxies
+
+    @model_validator(mode="after")
+    def _metrics_key(self) -> Settings:
+        if self.metrics_auth == "key" and not self.metrics_key:
+            raise ValueError('metrics_auth = "key" needs metrics_key (AIO_METRICS_KEY): a random key for scrapers')
+        if self.metrics_key and self.metrics_auth != "key":
+            raise ValueError(f'metrics_key is set but metrics_auth is {self.metrics_auth!r}: set metrics_auth = "key"')
+        return self
 
     @property
     def resolved_database_url(self) -> str:

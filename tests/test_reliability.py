@@ -33,7 +33,7 @@ def tiny_config(path, checkpoint, **top):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, checkpoint_dir):
     home = tmp_path_factory.mktemp("reliability")
-    config = tiny_config(home / "aio.toml", checkpoint_dir("llama"), max_body_bytes=65536)
+    config = tiny_config(home / "aio.toml", checkpoint_dir("llama"), max_body_bytes=65536, api_docs=True)
     live = start_server(config, home, f"sqlite:///{home / 'aio.db'}", admin_key=ADMIN)
     yield live
     live.stop()
@@ -160,12 +160,57 @@ def test_keys_are_required_checked_and_never_echoed(tmp_path, checkpoint_dir):
     assert key not in server.output() and wrong not in server.output() and ADMIN not in server.output()
 
 
-def test_failed_admin_checks_are_throttled_per_address(server):
+def test_failed_admin_checks_are_throttled_per_address_but_never_the_admin_key(server):
     wrong = {"Authorization": "Bearer not-the-admin-key"}
-    statuses = [httpx.get(server.base_url + "/admin/keys", headers=wrong).status_code for _ in range(12)]
+    spoofed = [{**wrong, "X-Forwarded-For": f"198.51.100.{i}"} for i in range(12)]  # believed from no one
+    statuses = [httpx.get(server.base_url + "/admin/keys", headers=h).status_code for h in spoofed]
     assert statuses[:10] == [401] * 10 and statuses[10:] == [429, 429]
-    refused = httpx.get(server.base_url + "/admin/keys", headers={"Authorization": f"Bearer {ADMIN}"})
-    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1  # even the right key, for now
+    login = httpx.post(server.base_url + "/dashboard/login", data={"key": "still-wrong"})
+    assert login.status_code == 429 and int(login.headers["retry-after"]) >= 1  # the sign-in form shares it
+    # The configured admin key is the operator's way back in: never locked out (docs/operations.md).
+    admin = httpx.get(server.base_url + "/admin/keys", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert admin.status_code == 200
+    signed_in = httpx.post(server.base_url + "/dashboard/login", data={"key": ADMIN},
+                           headers={"X-Forwarded-Proto": "https"})
+    assert signed_in.status_code == 303
+    assert "secure" not in signed_in.headers["set-cookie"].lower()  # X-Forwarded-Proto from no trusted proxy
+
+
+METRICS_KEY = "scraper-key-0123456789abcdefghijklmnopq"
+
+
+def test_forwarded_headers_from_a_trusted_proxy_metrics_key_and_closed_routes(tmp_path, checkpoint_dir):
+    home = tmp_path
+    config = tiny_config(home / "aio.toml", checkpoint_dir("llama"), trusted_proxies=["127.0.0.1"],
+                         metrics_auth="key", metrics_key=METRICS_KEY)
+    live = start_server(config, home, f"sqlite:///{home / 'aio.db'}", admin_key=ADMIN)
+    try:
+        assert httpx.get(live.base_url + "/metrics").status_code == 401
+        for key in (METRICS_KEY, ADMIN):
+            scraped = httpx.get(live.base_url + "/metrics", headers={"Authorization": f"Bearer {key}"})
+            assert scraped.status_code == 200 and "aio:requests" in scraped.text
+        for path in ("/docs", "/redoc", "/openapi.json"):  # api_docs is off by default
+            assert httpx.get(live.base_url + path).status_code == 404
+        moved = httpx.get(live.base_url + "/dashboard/", headers={"Host": "evil.example"})
+        assert moved.status_code == 307 and moved.headers["location"] == "/dashboard"
+        wrong = {"Authorization": "Bearer not-the-admin-key"}
+        behind = [httpx.get(live.base_url + "/admin/keys", headers={**wrong, "X-Forwarded-For": "203.0.113.7"}
+                            ).status_code for _ in range(11)]
+        assert behind[:10] == [401] * 10 and behind[10] == 429  # the client behind the proxy is locked...
+        other = httpx.get(live.base_url + "/admin/keys", headers={**wrong, "X-Forwarded-For": "203.0.113.8"})
+        assert other.status_code == 401  # ...not every client of the proxy
+        signed_in = httpx.post(live.base_url + "/dashboard/login", data={"key": ADMIN},
+                               headers={"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.9"})
+        assert signed_in.status_code == 303 and "secure" in signed_in.headers["set-cookie"].lower()
+    finally:
+        live.stop()
+    import sqlalchemy as sa
+
+    from aio.db.database import make_engine
+
+    with make_engine(f"sqlite:///{home / 'aio.db'}").connect() as connection:
+        clients = connection.execute(sa.text("SELECT client FROM dashboard_sessions")).scalars().all()
+    assert clients == ["203.0.113.9"]
 
 
 # ---- disconnects and shutdown ----------------------------------------------------------------------------

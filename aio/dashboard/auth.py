@@ -13,10 +13,8 @@ from datetime import timedelta
 from fastapi import Request
 
 from aio.api.errors import APIError
-from aio.dashboard.login_guard import Network, is_https, parse_networks
 from aio.dashboard.sessions import SessionStore
 from aio.server.auth import bearer_token
-from aio.server.throttle import FailureLimiter
 
 COOKIE = "aio_dashboard"
 COOKIE_PATHS = ("/dashboard", "/api/dashboard")  # the page (and its forms) and its JSON API
@@ -25,12 +23,10 @@ COOKIE_PATHS = ("/dashboard", "/api/dashboard")  # the page (and its forms) and 
 @dataclass
 class DashboardGuard:
     sessions: SessionStore
-    limiter: FailureLimiter
-    trusted_proxies: list[Network]
-    cookie_secure: str | bool  # "auto": when the request came over HTTPS
+    cookie_secure: str | bool  # "auto": when the request came over HTTPS (from a trusted proxy: as it says)
 
     def secure_cookie(self, request: Request) -> bool:
-        return is_https(request, self.trusted_proxies) if self.cookie_secure == "auto" else bool(self.cookie_secure)
+        return request.url.scheme == "https" if self.cookie_secure == "auto" else bool(self.cookie_secure)
 
 
 def guard(request: Request) -> DashboardGuard:
@@ -42,8 +38,7 @@ def guard(request: Request) -> DashboardGuard:
     settings = state.settings
     built = DashboardGuard(
         SessionStore(state.db, state.auth.admin_key, timedelta(hours=settings.dashboard_session_hours)),
-        FailureLimiter(settings.login_max_failures, settings.login_window_s),
-        parse_networks(settings.trusted_proxies), settings.cookie_secure)
+        settings.cookie_secure)
     request.app.state.dashboard_guard = built
     return built
 

@@ -12,7 +12,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from aio.api.errors import APIError
 from aio.dashboard.auth import COOKIE, COOKIE_PATHS, guard
-from aio.dashboard.login_guard import client_address, cross_site_reason
+from aio.dashboard.login_guard import cross_site_reason
+from aio.server.auth import client_address
+from aio.server.json_text import TextCheckedRoute
 
 STATIC = Path(__file__).parent / "static"
 SECURITY_HEADERS = {
@@ -20,7 +22,7 @@ SECURITY_HEADERS = {
                                "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=TextCheckedRoute)
 
 
 def login_page(status_code: int, message: str, headers: dict[str, str] | None = None) -> HTMLResponse:
@@ -28,10 +30,11 @@ def login_page(status_code: int, message: str, headers: dict[str, str] | None = 
     return HTMLResponse(text, status_code=status_code, headers={**SECURITY_HEADERS, **(headers or {})})
 
 
-async def _key_id(request: Request, key: str) -> int | None:
-    """None for the configured admin key, else the admin-role API key's id (raises APIError for anything else)."""
+async def _key_id(request: Request, key: str, client: str) -> int | None:
+    """None for the configured admin key, else the admin-role API key's id (raises APIError for anything else,
+    429 while the client's address is locked after failures)."""
     auth = request.app.state.aio.auth
-    await auth.admin_token(key)
+    await auth.throttled_admin_token(key, client)
     if auth.is_admin_key(key):
         return None
     info = await asyncio.to_thread(auth.keys.verify, key)
@@ -45,22 +48,19 @@ async def login(request: Request) -> Response:
     if reason is not None:
         return login_page(403, f"Sign-in refused: the form was posted from another site ({reason}).")
     dashboard = guard(request)
-    client = client_address(request, dashboard.trusted_proxies)
-    wait_s = dashboard.limiter.retry_after(client)
-    if wait_s is not None:
-        return login_page(429, f"Too many failed sign-ins from {client}: try again in {wait_s:.0f} s.",
-                          {"Retry-After": str(max(1, round(wait_s)))})
+    client = client_address(request)
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     key = (form.get("key") or [""])[0].strip()
     if not key:
         return login_page(401, "Enter the admin key.")
     try:
-        key_id = await _key_id(request, key)
+        key_id = await _key_id(request, key, client)
     except APIError as exc:
-        if exc.status_code in (401, 403):
-            dashboard.limiter.failed(client)
+        if exc.status_code == 429:
+            wait_s = exc.retry_after_s or 1.0
+            return login_page(429, f"Too many failed sign-ins from {client}: try again in {wait_s:.0f} s.",
+                              {"Retry-After": str(max(1, round(wait_s)))})
         return login_page(exc.status_code, exc.message)
-    dashboard.limiter.succeeded(client)
     token = await asyncio.to_thread(dashboard.sessions.open, key_id, client)
     response = RedirectResponse("/dashboard", status_code=303)
     secure = dashboard.secure_cookie(request)

@@ -1,48 +1,11 @@
-"""What guards the dashboard's sign-in form besides the failed-attempt limit (aio.server.throttle): a cross-site
-check (CSRF), and who the client is and whether it came over HTTPS, believing X-Forwarded-* headers only from the
-proxies the `trusted_proxies` setting names."""
+"""What guards the dashboard's sign-in form besides the failed-attempt limit (aio.server.auth): a cross-site check
+(CSRF). Who the client is and whether it came over HTTPS come from the connection, which uvicorn rewrites from
+X-Forwarded-* headers only for the proxies `trusted_proxies` names (aio.server.proxies)."""
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 from fastapi import Request
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def parse_networks(proxies: list[str]) -> list[Network]:
-    return [ipaddress.ip_network(p, strict=False) for p in proxies]
-
-
-def _in(host: str | None, networks: list[Network]) -> bool:
-    try:
-        address = ipaddress.ip_address(host or "")
-    except ValueError:
-        return False
-    return any(address in network for network in networks)
-
-
-def client_address(request: Request, trusted: list[Network]) -> str:
-    """The peer's address; behind a trusted proxy, the nearest address in X-Forwarded-For that is not a trusted
-    proxy itself."""
-    peer = request.client.host if request.client else "unknown"
-    if not _in(peer, trusted):
-        return peer
-    hops = [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",") if h.strip()]
-    for hop in reversed(hops):
-        if not _in(hop, trusted):
-            return hop
-    return peer
-
-
-def is_https(request: Request, trusted: list[Network]) -> bool:
-    peer = request.client.host if request.client else None
-    if _in(peer, trusted):
-        forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
-        if forwarded:
-            return forwarded == "https"
-    return request.url.scheme == "https"
 
 
 def cross_site_reason(request: Request) -> str | None:

@@ -7,7 +7,7 @@ import asyncio
 from typing import Annotated, Any, Callable
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from sqlalchemy.engine import Connection
 
 from aio.dashboard import service
@@ -20,15 +20,23 @@ from aio.dashboard.ranges import TimeRange, parse_range
 from aio.server.deps import State
 from aio.api.errors import APIError, invalid_request
 from aio.server.auth import bearer_token
+from aio.server.json_text import TextCheckedRoute
 
 STATIC_FILES = {"chart.umd.js": "text/javascript", "dashboard.js": "text/javascript", "dashboard.css": "text/css",
                 "chart.js.LICENSE.md": "text/plain"}
 
-page = APIRouter(include_in_schema=False)
-api = APIRouter(prefix="/api/dashboard", tags=["dashboard"], dependencies=[Depends(require_admin)])
+page = APIRouter(include_in_schema=False, route_class=TextCheckedRoute)
+api = APIRouter(prefix="/api/dashboard", tags=["dashboard"], dependencies=[Depends(require_admin)],
+                route_class=TextCheckedRoute)
 
 
 # ---- the page ---------------------------------------------------------------------------------------------------
+
+@page.get("/dashboard/")
+async def dashboard_slash() -> Response:
+    """A relative redirect: the Location never comes from the request's Host header."""
+    return RedirectResponse("/dashboard", status_code=307)
+
 
 @page.get("/dashboard")
 async def dashboard(request: Request) -> Response:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,10 @@ def make_engine(url: str) -> Engine:
         if database in ("", ":memory:") or "mode=memory" in database:
             kwargs["poolclass"] = StaticPool  # one shared connection, or each would see its own empty database
         elif not database.startswith("file:"):
-            folder = Path(database).parent
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                _create_private(Path(database))
             except OSError as exc:
+                folder = Path(database).parent
                 raise DatabaseError(f"cannot create the folder {folder} for the database {safe_url(parsed)}: "
                                     f"{exc}") from exc
     elif parsed.drivername in ("postgresql+psycopg", "postgresql+psycopg2") and "connect_timeout" not in parsed.query:
@@ -67,6 +68,15 @@ def make_engine(url: str) -> Engine:
     if is_sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def _create_private(database: Path) -> None:
+    """A new SQLite file, and a new folder for it, readable by this user only (the log holds key hashes, prompts and
+    answers), whichever command creates it first. SQLite gives the -wal and -shm files the database's mode."""
+    if not database.parent.exists():
+        database.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    if not database.exists():
+        os.close(os.open(database, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
 def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:

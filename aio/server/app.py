@@ -21,6 +21,7 @@ from aio.server.body_limit import BodyLimitMiddleware
 from aio.server.errors import install_error_handlers
 from aio.server.no_store import NoStoreMiddleware
 from aio.server.state import AppState
+from aio.server.throttle import FailureLimiter
 from aio.settings import REFERENCE_TIER, Settings, TierSettings
 from aio.tier_loader import build_pool
 from tiers.pool import TierPool
@@ -78,7 +79,9 @@ def preflight(settings: Settings, bind_host: str) -> None:
 async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState:
     db = await asyncio.to_thread(_prepare_database, settings)
     keys = KeyStore(db)
-    auth = Authenticator(keys, admin_key, bind_host, settings.open_endpoint)
+    auth = Authenticator(keys, admin_key, bind_host, settings.open_endpoint,
+                         FailureLimiter(settings.login_max_failures, settings.login_window_s),
+                         settings.metrics_auth, settings.metrics_key)
     await asyncio.to_thread(_check_access, keys, bind_host, settings.open_endpoint)
     tier_settings, demo = await asyncio.to_thread(_tier_settings, settings)
     if demo is not None:
@@ -165,8 +168,10 @@ def create_app(settings: Settings, bind_host: str = "127.0.0.1", admin_key: str 
         finally:
             await _stop(app.state.aio)
 
+    # No redirect builds its Location from the Host header (redirect_slashes); the API docs only when asked for.
+    docs = {} if settings.api_docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="AIO", summary="Adaptive Inference Orchestrator: one OpenAI-compatible chat endpoint",
-                  version="0.1.0", lifespan=lifespan)
+                  version="0.1.0", lifespan=lifespan, redirect_slashes=False, **docs)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
                        body_timeout_s=settings.body_timeout_s)
     app.add_middleware(NoStoreMiddleware)

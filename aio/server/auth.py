@@ -2,7 +2,13 @@
 
 The chat endpoint needs a key unless the deployment asks for open mode explicitly (`open_endpoint = true`, loopback
 binds only): no database query decides whether the endpoint is open, so neither a database outage nor revoking
-the last key changes who may call it. Admin Bearer checks are throttled per client address after failures.
+the last key changes who may call it.
+
+Failed admin checks (Bearer headers and the dashboard's sign-in form alike) count in one limiter per client
+address; a locked address gets 429 for anything but the configured admin key. That key is never locked out: it is
+at least 32 random characters, beyond guessing at any rate, and it is the operator's way back in (it is on the
+host, in AIO_ADMIN_KEY or $AIO_HOME/admin-key). Admin-role API keys and wrong keys are not even checked while
+the address is locked.
 """
 from __future__ import annotations
 
@@ -35,12 +41,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def weak_admin_key_reason(key: str) -> str | None:
-    """Why `key` is too weak to guard the admin endpoints, or None."""
+def weak_admin_key_reason(key: str, what: str = "the admin key") -> str | None:
+    """Why `key` is too weak to guard the admin endpoints (or /metrics), or None."""
     if len(key) < MIN_ADMIN_KEY_LENGTH:
-        return f"the admin key has {len(key)} characters; it needs at least {MIN_ADMIN_KEY_LENGTH} random ones"
+        return f"{what} has {len(key)} characters; it needs at least {MIN_ADMIN_KEY_LENGTH} random ones"
     if len(set(key)) < MIN_ADMIN_KEY_DISTINCT:
-        return f"the admin key repeats a few characters ({len(set(key))} distinct); use a random one"
+        return f"{what} repeats a few characters ({len(set(key))} distinct); use a random one"
     return None
 
 
@@ -53,6 +59,7 @@ def bearer_token(request: Request) -> str | None:
 
 
 def client_address(request: Request) -> str:
+    """The peer's address (the original client's behind a trusted proxy: aio.server.proxies)."""
     return request.client.host if request.client is not None else "unknown"
 
 
@@ -62,7 +69,11 @@ class Authenticator:
     admin_key: str
     bind_host: str
     open_endpoint: bool = False  # the explicit setting; only honoured on a loopback bind
-    admin_throttle: FailureLimiter = field(default_factory=lambda: FailureLimiter(max_failures=10, window_s=60.0))
+    # failed admin checks per address: admin Bearer headers and the dashboard's sign-in form
+    admin_throttle: FailureLimiter = field(default_factory=lambda: FailureLimiter(max_failures=10, window_s=300.0))
+
+    metrics_auth: str = "none"  # the setting: "none", "admin" or "key"
+    metrics_key: str | None = None
 
     @property
     def endpoint_is_open(self) -> bool:
@@ -93,15 +104,30 @@ class Authenticator:
             raise APIError(503, KEY_CHECK_UNAVAILABLE, code="database_unavailable", retry_after_s=5) from exc
 
     async def admin(self, request: Request) -> None:
-        client = client_address(request)
+        await self.throttled_admin_token(bearer_token(request), client_address(request))
+
+    async def metrics_reader(self, request: Request) -> None:
+        """Passes who may read /metrics under the `metrics_auth` setting."""
+        if self.metrics_auth == "none":
+            return
+        token = bearer_token(request)
+        if self.metrics_key and token is not None and hmac.compare_digest(token.encode(), self.metrics_key.encode()):
+            return
+        await self.admin(request)
+
+    async def throttled_admin_token(self, token: str | None, client: str) -> None:
+        """admin_token behind the failed-attempt limit of `client`'s address (see the module's docstring)."""
+        if token is not None and self.is_admin_key(token):
+            self.admin_throttle.succeeded(client)
+            return
         retry_after = self.admin_throttle.retry_after(client)
         if retry_after is not None:
             raise APIError(429, "too many failed admin key checks from this address; retry later",
                            code="too_many_failures", retry_after_s=retry_after)
         try:
-            await self.admin_token(bearer_token(request))
+            await self.admin_token(token)
         except APIError as exc:
-            if exc.status_code == 401:
+            if exc.status_code == 401:  # a 403 is a valid chat key: no guess
                 self.admin_throttle.failed(client)
             raise
         self.admin_throttle.succeeded(client)

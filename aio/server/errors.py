@@ -34,10 +34,10 @@ def install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}"
-        error = APIError(exc.status_code, message, code=getattr(exc, "code", None))
+        error = APIError(exc.status_code, message, param=getattr(exc, "param", None), code=getattr(exc, "code", None))
         return error_response(error, dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logging.getLogger("aio.server").exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(APIError(500, f"internal error: {type(exc).__name__}"))
+        return error_response(APIError(500, "internal error; the server's log has the details"))

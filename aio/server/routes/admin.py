@@ -9,8 +9,9 @@ from fastapi import APIRouter, Depends
 from aio.api.errors import APIError
 from aio.api.schemas import CreateKeyRequest
 from aio.server.deps import State, admin_key
+from aio.server.json_text import TextCheckedRoute
 
-router = APIRouter(prefix="/admin", dependencies=[Depends(admin_key)])
+router = APIRouter(prefix="/admin", dependencies=[Depends(admin_key)], route_class=TextCheckedRoute)
 
 
 def _info(info) -> dict:

@@ -10,8 +10,9 @@ from aio.chat.context import RequestContext
 from aio.server.deps import ApiKey, State
 from aio.server.errors import error_response
 from aio.server.key_limits import KeyLimitExceeded
+from aio.server.json_text import TextCheckedRoute
 
-router = APIRouter()
+router = APIRouter(route_class=TextCheckedRoute)
 
 
 @router.post("/v1/chat/completions")

@@ -4,15 +4,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from aio.db.migrate import is_up_to_date
 from aio.server.deps import State
+from aio.server.json_text import TextCheckedRoute
 
-router = APIRouter()
+router = APIRouter(route_class=TextCheckedRoute)
 
 
 @router.get("/", include_in_schema=False)
@@ -54,5 +55,7 @@ async def ready(state: State) -> JSONResponse:
 
 
 @router.get("/metrics")
-async def metrics(state: State) -> Response:
+async def metrics(request: Request, state: State) -> Response:
+    """Prometheus text; behind the admin key or `metrics_key` when `metrics_auth` says so."""
+    await state.auth.metrics_reader(request)
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -10,8 +10,9 @@ from fastapi import APIRouter
 from aio.api.errors import APIError
 from aio.server.deps import ApiKey, State
 from aio.server.state import AppState
+from aio.server.json_text import TextCheckedRoute
 
-router = APIRouter()
+router = APIRouter(route_class=TextCheckedRoute)
 _CREATED = int(time.time())
 
 
