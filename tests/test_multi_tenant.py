@@ -171,6 +171,28 @@ def test_the_home_the_database_and_the_journal_are_private(tenants):
     assert journals and all(mode(p) == 0o600 for p in journals) and mode(tenants.home / "log-spill") == 0o700
 
 
+def test_the_first_command_on_a_fresh_home_creates_it_private(tmp_path):
+    """`aio keys create` before any `serve`: the home and the database (key hashes) are this user's alone."""
+    from aio.server.data_at_rest import mode
+
+    home = tmp_path / "fresh" / "home"
+    create_key(home, f"sqlite:///{home / 'aio.db'}", "first")
+    assert mode(home) == 0o700 and mode(home / "aio.db") == 0o600
+    assert all(mode(p) == 0o600 for p in home.glob("aio.db-*"))
+
+
+def test_a_database_made_by_the_library_is_private(tmp_path):
+    import sqlalchemy as sa
+
+    from aio.db.database import make_engine
+    from aio.server.data_at_rest import mode
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'new' / 'log.db'}")
+    with engine.connect() as connection:
+        connection.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+    assert mode(tmp_path / "new") == 0o700 and mode(tmp_path / "new" / "log.db") == 0o600
+
+
 @pytest.mark.parametrize("start, end", [("9999-12-30", "9999-12-31"), ("9999-12-31T00:00:00", None),
                                         ("0001-01-01", "0001-01-02")])
 def test_a_custom_dashboard_range_at_the_ends_of_the_calendar_is_a_400(start, end):
