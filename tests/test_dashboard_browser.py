@@ -23,6 +23,7 @@ from aio.db import migrate
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.models import Verification
+from aio.demo import RANDOM_NOTE, SMOLLM2_NOTE
 from tests.servers import start_server, terminate
 from tests.test_dashboard_api import XSS_ANSWER, XSS_PROMPT, make_records, make_verifications, write
 
@@ -187,7 +188,12 @@ def check_the_page_tells_the_truth_at_a_glance(browser) -> None:
     summary = browser.evaluate("(async () => (await fetch('/api/dashboard/summary?range=24h')).json())()")
     assert summary["demo_tiers"]
     assert browser.evaluate("!document.getElementById('demo-banner').hidden")
-    assert "Demo tiers" in browser.evaluate("document.getElementById('demo-banner').textContent")
+    banner = browser.evaluate("document.getElementById('demo-banner').textContent")
+    assert banner.lower().count("demo tiers") == 1 and summary["demo_tiers"][1:] in banner, banner  # said once
+    for note in (SMOLLM2_NOTE, RANDOM_NOTE):  # both demos' banners: the note names the tiers, the page does not again
+        text = browser.evaluate(f"demoBanner({json.dumps(note)})")
+        assert text.startswith("Demo tiers" if note is SMOLLM2_NOTE else "DEMO tiers"), text
+        assert text.lower().count("demo tiers") == 1 and text.count("(README, Configuration)") == 1, text
     rate, limits = summary["total"]["quality_pass_rate"], summary["quality_limits"]
     expected = "bad" if rate < limits["red_below"] else "warn" if rate < limits["amber_below"] else "good"
     assert browser.evaluate("document.querySelector('#tile-quality .value').classList.value").split() == \

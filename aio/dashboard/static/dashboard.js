@@ -140,12 +140,19 @@ function qualityClass(rate, limits) {
   return rate < limits.red_below ? "bad" : rate < limits.amber_below ? "warn" : "good";
 }
 
+// The server's note names the demo tiers itself ("demo tiers: all three serve one real model, ..."): shown as it is,
+// capitalised, with what it means for the figures; the advice to configure tiers only where the note lacks it.
+function demoBanner(note) {
+  const advice = note.includes("README") ? "." : ": configure tiers (README, Configuration).";
+  return note.charAt(0).toUpperCase() + note.slice(1) +
+    ". Costs, savings and quality here describe the demo, not a real deployment" + advice;
+}
+
 function renderSummary(data) {
   const t = data.total;
   const banner = document.getElementById("demo-banner");
   banner.hidden = !data.demo_tiers;
-  banner.textContent = data.demo_tiers ? `Demo tiers: ${data.demo_tiers}. Costs, savings and quality here describe ` +
-    "the demo, not a real deployment: configure tiers (README, Configuration)." : "";
+  banner.textContent = data.demo_tiers ? demoBanner(data.demo_tiers) : "";
   const tile = (id, label, value, sub, cls) => el("div", { class: "tile", id }, el("div", { class: "label" }, label),
     el("div", { class: "value " + (cls || "") }, value), el("div", { class: "sub" }, sub || ""));
   const bought = t.quality_pass_rate === null ? "no answers verified yet" : `at a ${pct(t.quality_pass_rate)} pass rate`;
