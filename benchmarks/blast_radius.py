@@ -25,6 +25,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 TIERS = ("small", "medium", "large")
+BROKEN_CONNECTION = 599  # the status counted for a request whose connection broke (a 5xx for the goal)
 HELLO = [{"role": "user", "content": "hi"}]
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Get the weather",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -217,16 +218,19 @@ async def _innocent_client(client: httpx.AsyncClient, url: str, key: str, index:
 
 
 def _post(client: httpx.Client, url: str, key: str, raw: bytes, streaming: bool) -> tuple[int, bool]:
-    """(status, whether a 200 stream ended in an error event)."""
+    """(status, whether a 200 stream ended in an error event); status 599 when the connection broke."""
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
-    if not streaming:
-        return client.post(url, content=raw, headers=headers).status_code, False
-    with client.stream("POST", url, content=raw, headers=headers) as response:
-        if response.status_code != 200:
-            response.read()
-            return response.status_code, False
-        _, error = _read_stream(response.iter_lines())
-        return 200, error is not None
+    try:
+        if not streaming:
+            return client.post(url, content=raw, headers=headers).status_code, False
+        with client.stream("POST", url, content=raw, headers=headers) as response:
+            if response.status_code != 200:
+                response.read()
+                return response.status_code, False
+            _, error = _read_stream(response.iter_lines())
+            return 200, error is not None
+    except httpx.HTTPError:
+        return BROKEN_CONNECTION, False
 
 
 def _send_poisons(base_url: str, key: str, stop_at: float, fuzz_examples: int, outcome: Outcome) -> None:
