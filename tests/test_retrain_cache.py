@@ -12,7 +12,7 @@ from aio.commands.retrain import summary_table
 from aio.db.database import make_engine
 from aio.db.migrate import upgrade
 from aio.routing import registry
-from aio.routing.embedding_cache import EmbeddingCache
+from aio.routing.embedding_cache import EmbeddingCache, text_key
 from aio.routing.retrain import retrain
 from classifier.encoder import DEFAULT_ENCODER
 from tests.test_retrain import LookupClassifier, add_verified, math_text, seed_csv
@@ -71,6 +71,14 @@ def test_the_cache_encodes_each_text_once_and_survives_a_restart(tmp_path):
     assert other.missing(["a"]) == ["a"]
     next(iter((tmp_path / "fingerprint-a").glob("shard-*.npz"))).write_bytes(b"not a numpy file")
     assert EmbeddingCache(tmp_path, DEFAULT_ENCODER, encoder, "fingerprint-a").missing(["a", "b", "c"])  # ignored
+
+
+def test_a_key_that_ends_in_a_zero_byte_is_found_after_a_restart(tmp_path):
+    text = "text 405"  # its SHA-256 ends in 0x00, which numpy's S32 items drop
+    assert text_key(text)[-1] == 0
+    encoder = CountingEncoder()
+    EmbeddingCache(tmp_path, DEFAULT_ENCODER, encoder, "fp").embed([text])
+    assert EmbeddingCache(tmp_path, DEFAULT_ENCODER, encoder, "fp").missing([text]) == []
 
 
 def test_retrain_embeds_only_new_texts_and_reports_its_stages(engine, tmp_path):

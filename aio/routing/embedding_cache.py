@@ -65,8 +65,8 @@ class EmbeddingCache:
             except (OSError, ValueError, KeyError) as exc:
                 logger.warning("ignoring the unreadable embedding cache file %s: %s", shard, exc)
                 continue
-            for key, vector in zip(keys, vectors):
-                self._vectors[bytes(key)] = vector
+            for key, vector in zip(keys, vectors):  # numpy drops an S32 item's trailing zero bytes: put them back
+                self._vectors[bytes(key).ljust(32, b"\0")] = vector
 
     def missing(self, texts: Sequence[str]) -> list[str]:
         """The distinct texts that are not cached yet."""
