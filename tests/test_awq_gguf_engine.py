@@ -51,9 +51,14 @@ def test_awq_loads_as_int4_with_the_packed_weights(awq):
 
 def test_awq_greedy_equals_the_dequantized_float_engine(awq):
     """Greedy decoding on the INT4 kernels follows the float32 engine on the dequantized weights: every token the
-    INT4 engine picks is, teacher-forced, the float engine's argmax or a near-tie within 1% of the logit range.
-    (Token-exact runs fork within a few tokens: the kernels take bf16 activations and bf16 scales, and a random
-    tiny model's greedy path has many near-ties.)"""
+    INT4 engine picks is, teacher-forced, the float engine's argmax or a near-tie within 5% of the logit range.
+    (Token-exact runs fork within a few tokens: the kernels round their activations, and a random tiny model's
+    greedy path has many near-ties.)
+
+    The bounds, measured: correct kernels pick the argmax at 94-98% of the 168 tokens and a near-tie within
+    0.1-1.7% of the range elsewhere (native and torch's kernels, the latter with every projection's output
+    rounding perturbed by up to a bf16 unit, as other CPUs round); a 2% scale error gives 57% and a 25-34% miss,
+    a neighbouring group's scale, a dropped zero point, shuffled blocks or swapped nibbles 0-32% and 57-100%."""
     path, _ = awq
     int4 = Engine.from_pretrained(path, dtype="float32")
     dequantized = Engine.from_pretrained(path, quantization=None, dtype="float32")
@@ -64,10 +69,10 @@ def test_awq_greedy_equals_the_dequantized_float_engine(awq):
         logits = prefill_logits(dequantized.runner.model, prompt + tokens)[len(prompt) - 1:-1]
         picked = logits.gather(1, torch.tensor(tokens).unsqueeze(1)).squeeze(1)
         margin = (logits.max(-1).values - picked) / (logits.max(-1).values - logits.min(-1).values)
-        assert margin.max() < 0.01, margin
+        assert margin.max() < 0.05, margin
         exact += int((margin == 0).sum())
         total += len(tokens)
-    assert exact / total >= 0.9  # measured: 159 of 168, the worst near-tie 0.64% of the logit range
+    assert exact / total >= 0.8
     default = Engine.from_pretrained(path, max_model_len=64, quantized_kernel="torch").runner.dtype
     assert default == torch.bfloat16  # quantized on torch's kernels: bf16 activations by default
 

@@ -167,8 +167,13 @@ def test_quantize_model_swaps_projections_only(mode):
     assert isinstance(model.layers[1].mlp.gate_up_proj, QuantizedLinear)
     assert type(model.lm_head) is nn.Linear and model.lm_head.weight is model.embed_tokens.weight
     expected, got = prefill_logits(reference, ids), prefill_logits(model, ids)
-    assert (got - expected).abs().max() <= 0.03 * expected.abs().max()  # bf16 activations inside the kernels
-    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+    # The kernels' activations (int8 blocks native, bf16 in torch's) move the logits by 1.0-2.7% of the largest:
+    # measured 0.010-0.019 on torch's kernels with every projection's output rounding perturbed (up to a bf16 unit,
+    # emulating other CPUs), 0.027 native (the same on its scalar and AVX2 builds). A 2% scale error gives 0.045
+    # (INT8) to 0.24 (INT4); a neighbouring group's scale, shuffled blocks or swapped nibbles 0.6-1.5. The bound
+    # sits between.
+    assert (got - expected).abs().max() <= 0.04 * expected.abs().max()
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))  # held under every perturbation tried
 
 
 def test_quantize_model_skips_layers_the_group_does_not_divide():

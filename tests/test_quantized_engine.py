@@ -63,12 +63,20 @@ def test_projections_are_rtn_of_the_float_weights(checkpoint_dir, arch, mode, fa
     assert (model.lm_head.weight is model.embed_tokens.weight) == (arch == "llama-tied")
 
 
-@pytest.mark.parametrize("family,tolerance", [("torch", 0.02), ("native", 0.05)])
+@pytest.mark.parametrize("family", ["torch", "native"])
 @pytest.mark.parametrize("mode", MODES)
-def test_quantized_logits_match_the_dequantized_float_model(llama_path, mode, family, tolerance):
+def test_quantized_logits_match_the_dequantized_float_model(llama_path, mode, family):
     """The quantized model computes what a float32 model holding its (read-back) weights computes, up to the
     kernels' activations: bf16 for torch's, int8 blocks of 32 for the native ones (each element within half a
-    step of 1/127 of its block's largest)."""
+    step of 1/127 of its block's largest).
+
+    The bounds, from what the test can tell apart (the weights are read back, so only the kernels' arithmetic
+    shows): the largest logit error is 1.6-1.9% of the largest logit on torch's kernels here, up to 3.5% with
+    every projection's output rounding perturbed by up to a bf16 unit (other CPUs round differently), 3.3% native
+    (int8 activations; the same on its scalar and AVX2 builds); a kernel with its output 2% off gives 9.5%, one
+    that drops a block of inputs or a column of outputs 100%+. Top-1 over the 66 positions: 92-100% correct (some
+    positions' top two logits lie 0.003 apart and flip with the rounding), 77-91% with the output 2-5% off, 0-17%
+    for the dropped block or column: the logit bound is the sharp test, the top-1 one a coarse second."""
     if family == "native" and native_library() is None:
         pytest.skip("the native kernel does not build here")
     engine = quantized(llama_path, mode, dtype="float32", quantized_kernel=family)
@@ -79,8 +87,8 @@ def test_quantized_logits_match_the_dequantized_float_model(llama_path, mode, fa
                 ref.get_submodule(name).weight.copy_(layer.dequantized_weight())
     prompt = make_prompts(512)[3]
     got, want = prefill_logits(engine.runner.model, prompt), prefill_logits(ref, prompt)
-    assert (got - want).abs().max() < tolerance * want.abs().max()
-    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.95
+    assert (got - want).abs().max() < 0.05 * want.abs().max()
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.85
 
 
 @pytest.mark.parametrize("family", ["torch", "native"])
