@@ -142,8 +142,9 @@ def run_hf_continuous(model, kv_bytes_per_token: int, workload) -> tuple[float, 
             result = manager.get_result(timeout=1)
             if result is None:
                 if not manager.is_running():
+                    status = getattr(manager, "background_thread_status", None)
                     raise RuntimeError("transformers' continuous batching thread stopped: "
-                                       f"{getattr(getattr(manager, 'background_thread_status', None), 'fatal_error', None)}")
+                                       f"{getattr(status, 'fatal_error', None)}")
                 continue
             if _finished(result):
                 if getattr(result, "error", None):
