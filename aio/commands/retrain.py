@@ -34,11 +34,12 @@ def retrain(since: str | None = typer.Option(None, metavar="DURATION", help="use
     from aio.commands.progress_bar import progress_for_stderr
     from aio.routing.embedding_cache import EmbeddingCache
     from classifier.encoder import RECIPE_ENCODER
+    from classifier.seed_embeddings import SHIPPED_PATH
 
     with database(config) as engine:
         current = load_classifier(None, engine)
         cache = None if os.environ.get("AIO_RETRAIN_NO_CACHE") else \
-            EmbeddingCache.for_encoder(settings.home / "embeddings", RECIPE_ENCODER)
+            EmbeddingCache.for_encoder(settings.home / "embeddings", RECIPE_ENCODER, shipped=SHIPPED_PATH)
         try:
             report = run_retrain(engine, current, settings.home / "classifiers", since=window, margin=margin,
                                  dry_run=dry_run, if_due=if_due, seed_path=seed_data, use_seed=not no_seed,
@@ -67,7 +68,10 @@ def summary_table(report) -> str:
                  + "  (demo_tiers: answers of the demo tiers, never used as labels)")
     if report.embedded:
         lines.append(f"  embedded           {report.embedded.get('new', 0)} new, "
-                     f"{report.embedded.get('cached', 0)} from the cache")
+                     f"{report.embedded.get('cached', 0)} from the cache, "
+                     f"{report.embedded.get('shipped', 0)} shipped with the seed data")
+    if report.shipped_embeddings not in (None, "used"):
+        lines.append(f"  shipped seed embeddings not used: {report.shipped_embeddings}")
     lines += ["", f"held-out        {'log loss':>9} {'accuracy':>9}  version"]
     for name, version, metrics in (("current", report.current_version, report.current_metrics),
                                    ("candidate", report.candidate_version, report.candidate_metrics)):

@@ -4,6 +4,9 @@ A cache belongs to one encoder: its folder under `$AIO_HOME/embeddings/` is name
 its resolved folder and its config.json, so another or changed encoder never reads stale vectors. Entries are keyed
 by the SHA-256 of the text. New vectors are appended as one more shard file (numpy .npz, no pickle); a shard that
 cannot be read is ignored (those texts are embedded again).
+
+Below the cache, the seed texts' embeddings shipped with the classifier (`classifier.seed_embeddings`) answer for
+the seed data once `check_shipped` has found them to be this encoder's; they are read, never copied into the cache.
 """
 from __future__ import annotations
 
@@ -37,22 +40,61 @@ class EmbeddingCache:
     """Embeddings of one encoder: `embed(texts)` returns cached rows and computes (and stores) the rest."""
 
     def __init__(self, root: Path, encoder_name: str, encode: Callable[[list[str]], np.ndarray],
-                 fingerprint: str) -> None:
+                 fingerprint: str, shipped: Path | None = None) -> None:
         self.folder = Path(root) / fingerprint
         self.encoder_name = encoder_name
         self._encode = encode
         self._vectors: dict[bytes, np.ndarray] = {}
         self._loaded = False
+        self.shipped_path = shipped
+        self._shipped = None  # classifier.seed_embeddings.ShippedEmbeddings, once checked
+        self.shipped_status: str | None = None  # after check_shipped: "used", or why the file is not used
 
     @classmethod
-    def for_encoder(cls, root: Path, encoder_name: str) -> "EmbeddingCache":
-        """The cache of a classifier's encoder (`DEFAULT_ENCODER` or a folder); loads the encoder only when a text
-        is not cached."""
+    def for_encoder(cls, root: Path, encoder_name: str, shipped: Path | None = None) -> "EmbeddingCache":
+        """The cache of a classifier's encoder (`DEFAULT_ENCODER` or a folder), over the `shipped` seed embeddings
+        if given; loads the encoder only when a text is not cached (or to check the shipped file)."""
         from classifier.encoder import Encoder, resolve_encoder_path
 
         folder = resolve_encoder_path(encoder_name)
         return cls(root, encoder_name, lambda texts: Encoder.cached(encoder_name).encode(texts),
-                   encoder_fingerprint(encoder_name, folder))
+                   encoder_fingerprint(encoder_name, folder), shipped)
+
+    def check_shipped(self) -> str | None:
+        """Reads the shipped seed embeddings and checks them against this encoder (once; it encodes a few probe
+        texts). Returns `shipped_status`: "used", why not, or None without a shipped file."""
+        if self.shipped_status is not None or self.shipped_path is None:
+            return self.shipped_status
+        from classifier.seed_embeddings import ShippedEmbeddings
+
+        try:
+            shipped = ShippedEmbeddings.read(self.shipped_path)
+        except (OSError, ValueError, KeyError) as exc:
+            self.shipped_status = f"unreadable: {exc}"
+        else:
+            reason = shipped.check(self.encoder_name, self._encode)
+            self._shipped = shipped if reason is None else None
+            self.shipped_status = reason or "used"
+        if self._shipped is None:
+            logger.warning("not using the shipped seed embeddings %s: %s", self.shipped_path, self.shipped_status)
+        return self.shipped_status
+
+    def _lookup(self, key: bytes) -> np.ndarray | None:
+        vector = self._vectors.get(key)
+        if vector is None and self._shipped is not None:
+            vector = self._shipped.get(key)
+        return vector
+
+    def sources(self, texts: Sequence[str]) -> dict[str, int]:
+        """How many distinct texts are "new" (to encode), "cached" and "shipped"."""
+        self._load()
+        out = {"new": 0, "cached": 0, "shipped": 0}
+        for key in {text_key(t) for t in texts}:
+            if key in self._vectors:
+                out["cached"] += 1
+            else:
+                out["new" if self._lookup(key) is None else "shipped"] += 1
+        return out
 
     def _load(self) -> None:
         if self._loaded:
@@ -69,13 +111,13 @@ class EmbeddingCache:
                 self._vectors[bytes(key).ljust(32, b"\0")] = vector
 
     def missing(self, texts: Sequence[str]) -> list[str]:
-        """The distinct texts that are not cached yet."""
+        """The distinct texts that are neither cached nor shipped (checked) yet."""
         self._load()
         seen: set[bytes] = set()
         out = []
         for text in texts:
             key = text_key(text)
-            if key not in self._vectors and key not in seen:
+            if key not in seen and self._lookup(key) is None:
                 seen.add(key)
                 out.append(text)
         return out
@@ -98,7 +140,7 @@ class EmbeddingCache:
                 self._vectors[key] = vector
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        return np.stack([self._vectors[text_key(t)] for t in texts])
+        return np.stack([self._lookup(text_key(t)) for t in texts])
 
     def _store(self, keys: list[bytes], vectors: np.ndarray) -> None:
         try:

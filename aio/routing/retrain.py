@@ -169,7 +169,9 @@ class RetrainReport:
     path: str | None = None
     seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=dict)
-    embedded: dict[str, int] = field(default_factory=dict)  # texts embedded now ("new") and read from the cache
+    # distinct texts embedded now ("new"), read from the cache ("cached") and from the shipped seed embeddings
+    embedded: dict[str, int] = field(default_factory=dict)
+    shipped_embeddings: str | None = None  # "used", why the shipped seed embeddings were not, or None: not needed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -215,7 +217,8 @@ def retrain(engine: Engine, current: Any, output_dir: Path, *, since: timedelta 
             use_seed: bool = True, train: Callable[..., Any] = _default_train, now: datetime | None = None,
             embeddings: EmbeddingCache | None = None, progress: Progress | None = None) -> RetrainReport:
     """Trains a candidate and promotes it when its held-out log loss <= the current one's + margin. With an
-    embedding cache, the default trainer and embedding heads reuse cached vectors (only new texts are encoded)."""
+    embedding cache, the default trainer and embedding heads reuse cached vectors and, once checked against the
+    encoder, the shipped seed embeddings (only new texts are encoded)."""
     start = time.perf_counter()
     now = now or utcnow()
     if if_due:
@@ -262,10 +265,14 @@ def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, 
     default_trainer = train is _default_train
     vectors, embedded = None, {}
     if cache is not None and (default_trainer or takes_embeddings(current, cache)):
-        todo = cache.missing(train_set.texts + holdout.texts)
-        embedded = {"new": len(todo), "cached": len(set(train_set.texts + holdout.texts)) - len(todo)}
-        stage(f"embedding {len(todo)} new texts ({embedded['cached']} cached)", total=len(todo))
-        vectors = cache.embed(train_set.texts + holdout.texts, on_progress=stage.progress.advance)
+        everything = train_set.texts + holdout.texts
+        if cache.shipped_path is not None and cache.missing(everything):
+            stage("checking the shipped seed embeddings against the encoder")
+            cache.check_shipped()
+        embedded = cache.sources(everything)
+        stage(f"embedding {embedded['new']} new texts ({embedded['shipped']} shipped, {embedded['cached']} cached)",
+              total=embedded["new"])
+        vectors = cache.embed(everything, on_progress=stage.progress.advance)
     train_vectors = None if vectors is None else vectors[:len(train_set)]
     holdout_vectors = None if vectors is None else vectors[len(train_set):]
     stage(f"fitting on {len(train_set)} examples")
@@ -290,7 +297,8 @@ def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, 
                f"for {current.version} (margin {margin})")
     report = RetrainReport("dry-run" if dry_run else ("promoted" if better else "rejected"),
                            ("not worse: " if better else "worse: ") + verdict, candidate.version, current.version,
-                           candidate_metrics, current_metrics, counts, embedded=embedded)
+                           candidate_metrics, current_metrics, counts, embedded=embedded,
+                           shipped_embeddings=None if cache is None else cache.shipped_status)
     if not dry_run:
         stage("saving")
         path = output_dir / candidate.version
