@@ -74,12 +74,25 @@ def test_greedy_chat_matches_transformers(fp32):
         assert out.text == tokenizer.decode(out.token_ids, skip_special_tokens=True)
 
 
+# What the test can tell apart. The perplexity and the top-1 agreement with fp32 move with the machine's rounding:
+# some of the 846 positions are near-ties, and a different rounding anywhere in 30 layers (another ISA, torch's
+# kernel dispatch, bf16 dot products) flips some of them. Correct kernels measured 96.3-98.2% top-1 and -0.2% to
+# +0.7% perplexity: INT4 and INT8 on both kernel families here (AVX2), with 1 or 2 threads, ATEN_CPU_CAPABILITY
+# =default, weights rounded to bf16, the native library's scalar build, every projection's output perturbed by up
+# to a bf16 unit (up to 2^-22 on the native kernels); 96.9% for torch's INT4 on an AVX-512 BF16 EPYC, 97.0-97.8%
+# on the AVX-512 machine of docs/benchmarks.md. Broken kernels (a neighbouring group's or row's scale, a dropped
+# zero point, shuffled blocks, swapped nibbles) give < 2% and a perplexity thousands of times fp32's; the subtlest
+# tried, o_proj's scales alone 10% off, 76-89% and +4.5% to +21%. The bounds sit between.
+TOP1_MIN = 0.93
+PERPLEXITY_MAX = 0.02
+
+
 @pytest.mark.parametrize("family", ["native", "torch"])
-def test_int4_and_int8_perplexity_within_1_percent_of_fp32(checkpoint, text_ids, reference, family):
-    """Measured (847 tokens, fp32 24.728). Native kernels, the default: Q4_1 INT4 (int8 activations per block of
-    32) with the file's Q8_0 output INT8 as stored (float32 activations) 24.854 (+0.51%, top-1 97.75%, 96.6 MB of
-    weights); INT8 (float32 activations) 24.752 (+0.10%, 97.75%). Torch's kernels (bf16 activations, float bf16
-    embedding): INT4 24.739 (+0.04%, 97.28%, 123.0 MB), INT8 24.891 (+0.66%, 97.04%)."""
+def test_int4_and_int8_perplexity_and_top1_close_to_fp32(checkpoint, text_ids, reference, family):
+    """Measured here (847 tokens, fp32 24.728; an AVX2 EPYC): native kernels, the default: Q4_1 INT4 (int8
+    activations per block of 32) with the file's Q8_0 output INT8 as stored (float32 activations) +0.22%, top-1
+    97.04%, 96.6 MB of weights; INT8 (float32 activations) +0.10%, 97.75%. Torch's kernels (bf16 activations, float
+    bf16 embedding): INT4 +0.28%, 97.99%, 123.0 MB; INT8 +0.52%, 96.69%."""
     if family == "native" and native_library() is None:
         pytest.skip("the native kernel does not build here")
     ref_ppl, ref_top = reference
@@ -91,11 +104,11 @@ def test_int4_and_int8_perplexity_within_1_percent_of_fp32(checkpoint, text_ids,
     assert isinstance(int4.runner.model.lm_head, QuantizedLinear) == (family == "native")  # Q8_0 kept as stored
     assert weight_bytes(int4.runner.model) <= 130e6  # measured 96.6 MB native, 123.0 MB torch
     ppl, top = teacher_forced(int4, text_ids)
-    assert abs(ppl / ref_ppl - 1) < 0.01 and (top == ref_top).float().mean() >= 0.97
+    assert abs(ppl / ref_ppl - 1) < PERPLEXITY_MAX and (top == ref_top).float().mean() >= TOP1_MIN
     del int4
     int8 = engine(checkpoint, quantization="int8", quantized_kernel=family)
     ppl, top = teacher_forced(int8, text_ids)
-    assert abs(ppl / ref_ppl - 1) < 0.01 and (top == ref_top).float().mean() >= 0.97
+    assert abs(ppl / ref_ppl - 1) < PERPLEXITY_MAX and (top == ref_top).float().mean() >= TOP1_MIN
 
 
 def test_rtn_int4_group_32_of_the_dequantized_weights_is_q4_1_again(checkpoint):
