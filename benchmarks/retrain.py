@@ -2,13 +2,14 @@
 `python -m benchmarks.retrain [--verdicts 1000] [--baseline]`.
 
 Runs the real command (a subprocess, as an operator would) against a fresh SQLite log in a temporary AIO_HOME:
-1. cold: an empty embedding cache (the seed data and the log texts are all embedded, as every run did before the
-   cache);
+1. cold: an empty embedding cache, an operator's first retrain: the seed vectors come from the shipped seed
+   embeddings (`classifier.seed_embeddings`, checked against the encoder), the log texts are encoded;
 2. warm: the same seed data plus `--verdicts` NEW logged verdicts (texts not seen before): the steady state of a
-   weekly retrain, where only the new log texts are embedded.
-`--baseline` adds a run with the cache turned off (AIO_RETRAIN_NO_CACHE=1: every text encoded for training and the
-held-out set encoded again for each classifier, as before the cache) in the same session, for a side-by-side ratio.
-A script, not a test: timings depend on the machine and on what else runs on it. Goal: warm <= 120 s on 2 cores.
+   weekly retrain, where only the new log texts are encoded.
+`--baseline` adds a run with the cache turned off (AIO_RETRAIN_NO_CACHE=1: no cache and no shipped embeddings, every
+text encoded for training and the held-out set encoded again for each classifier, as before both) in the same
+session, for a side-by-side ratio. A script, not a test: timings depend on the machine and on what else runs on it.
+Goal: cold and warm <= 120 s on 2 cores.
 """
 from __future__ import annotations
 
@@ -81,16 +82,19 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         if args.baseline:
             results["no cache (before)"], _ = timed_retrain(home, url, AIO_RETRAIN_NO_CACHE="1")
-        results["cold cache"], _ = timed_retrain(home, url)
+        summaries = {}
+        results["cold cache"], summaries["cold cache"] = timed_retrain(home, url)
         log_verdicts(url, args.verdicts, "b")  # new texts: only these are not cached
-        results["warm cache"], summary = timed_retrain(home, url)
+        results["warm cache"], summaries["warm cache"] = timed_retrain(home, url)
     print(f"aio retrain --dry-run, shipped seed data + {args.verdicts} logged verdicts per run, {os.cpu_count()} CPUs")
     for name, seconds in results.items():
         print(f"  {name:18} {seconds:7.1f} s")
     if "no cache (before)" in results:
         print(f"  speed-up warm vs no cache: {results['no cache (before)'] / results['warm cache']:.1f}x")
-    print(f"  goal: warm <= {GOAL_S:.0f} s: {'met' if results['warm cache'] <= GOAL_S else 'NOT met'}")
-    print("\nthe warm run's summary:\n" + summary)
+    for name in ("cold cache", "warm cache"):
+        print(f"  goal: {name.split()[0]} <= {GOAL_S:.0f} s: {'met' if results[name] <= GOAL_S else 'NOT met'}")
+    print("\nthe cold run's summary:\n" + summaries["cold cache"] + "\n\nthe warm run's summary:\n"
+          + summaries["warm cache"])
     return 0
 
 
