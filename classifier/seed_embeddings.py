@@ -107,12 +107,15 @@ class ShippedEmbeddings:
     @classmethod
     def read(cls, path: str | Path = SHIPPED_PATH) -> "ShippedEmbeddings":
         """Raises OSError / ValueError / KeyError for a missing, unreadable or foreign file."""
-        with np.load(path, allow_pickle=False) as z:
-            if int(z["format"]) != FORMAT:
-                raise ValueError(f"format {int(z['format'])}, this AIO reads format {FORMAT}")
-            vectors = dequantize(z["codes"], z["offset"], z["step"])
-            return cls(str(z["encoder"]), z["keys"], vectors, z["step"], [str(t) for t in z["probe_texts"]],
-                       z["probe_vectors"])
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if int(z["format"]) != FORMAT:
+                    raise ValueError(f"format {int(z['format'])}, this AIO reads format {FORMAT}")
+                vectors = dequantize(z["codes"], z["offset"], z["step"])
+                return cls(str(z["encoder"]), z["keys"], vectors, z["step"], [str(t) for t in z["probe_texts"]],
+                           z["probe_vectors"])
+        except (zipfile.BadZipFile, EOFError) as exc:  # a truncated or empty file
+            raise ValueError(f"{path}: {exc or type(exc).__name__}") from exc
 
     def check(self, encoder_name: str, encode: Callable[[list[str]], np.ndarray]) -> str | None:
         """None when these vectors are the encoder's (see the module docstring), else why they are not."""

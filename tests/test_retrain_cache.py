@@ -172,7 +172,9 @@ def test_shipped_embeddings_of_another_encoder_are_not_used(engine, tmp_path, en
     assert "shipped seed embeddings not used: " + reason in summary_table(report)
 
 
-def test_an_unreadable_shipped_file_is_not_used(tmp_path):
-    (tmp_path / "shipped.npz").write_bytes(b"not a numpy file")
+@pytest.mark.parametrize("content", [b"not a numpy file", b"", b"PK\x03\x04 cut short", None])
+def test_an_unreadable_or_missing_shipped_file_is_not_used(tmp_path, content):
+    if content is not None:
+        (tmp_path / "shipped.npz").write_bytes(content)
     cache = EmbeddingCache(tmp_path, DEFAULT_ENCODER, CountingEncoder(), "fp", shipped=tmp_path / "shipped.npz")
     assert cache.check_shipped().startswith("unreadable") and cache.missing(["a"]) == ["a"]
