@@ -1,4 +1,4 @@
-"""The C signatures of the native library's entry points (w4a8.c, ops.c), declared once when it is loaded."""
+"""The C signatures of the native library's entry points (w4a8.c, kquant.c, ops.c), declared once when it is loaded."""
 from __future__ import annotations
 
 import ctypes
@@ -22,3 +22,9 @@ def declare_ops(lib: ctypes.CDLL) -> None:
     lib.aio_rotary.restype = None
     lib.aio_llama_layer.argtypes = [PTR, PTR, I64, PTR, PTR, PTR, PTR, INT, PTR, PTR, PTR, PTR, I64, INT]
     lib.aio_llama_layer.restype = INT
+    lib.aio_kq_row_bytes.argtypes = [INT, I64]
+    lib.aio_kq_row_bytes.restype = I64
+    lib.aio_kq_dequantize.argtypes = [PTR, I64, I64, INT, PTR]
+    lib.aio_kq_dequantize.restype = INT
+    lib.aio_gemm_kq.argtypes = [PTR, I64, I64, I64, PTR, I64, INT, PTR, I64, INT]
+    lib.aio_gemm_kq.restype = INT

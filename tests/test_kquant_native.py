@@ -1,0 +1,146 @@
+"""GGUF block types run as stored on the native CPU kernel (tiers/native/kquant.c): K-quants (Q4_K, Q5_K, Q6_K)
+and Q5_0 / Q5_1 / Q8_0 (Q4_0 / Q4_1 too). Layouts against the gguf package's dequantizer (bit for bit), matmuls
+against an exact emulation of the kernel's arithmetic and against the dequantized float matmul, on every
+instruction-set path this machine can build, batch invariance, mixed-type fused weights, the layer."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.kquant_helpers import make_blocks
+from tiers.native import DEFAULT_FLAGS, build_library, native_library
+from tiers.quantization.kquant import BLOCK_TYPES, KQuantWeight, gemm, gather_rows
+
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.skipif(native_library() is None, reason="the native kernel does not build here")]
+
+BASE = ("-O3", "-fopenmp", "-fPIC", "-shared", "-std=c11")
+AVX2 = ("-mavx2", "-mfma", "-mf16c")
+# One build per instruction-set path this machine can run: native, AVX-512 VNNI, AVX2, plain C.
+VARIANTS = {"native": DEFAULT_FLAGS, "avx512vnni": (*BASE, *AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl",
+                                                    "-mavx512vnni"),
+            "avx2": (*BASE, *AVX2), "scalar": BASE}
+REQUIRES = {"avx512vnni": "avx512_vnni", "avx2": "avx2"}
+TYPES = list(BLOCK_TYPES)
+
+
+def _cpu_has(flag: str) -> bool:
+    with open("/proc/cpuinfo") as f:
+        return any(flag in line.split() for line in f if line.startswith("flags"))
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def library(request):
+    if request.param in REQUIRES and not _cpu_has(REQUIRES[request.param]):
+        pytest.skip(f"this CPU has no {REQUIRES[request.param]}")
+    lib = build_library(VARIANTS[request.param])
+    if request.param != "native":
+        assert lib.isa == request.param
+    return lib
+
+
+def _weight(kind: str, n: int, k: int, seed: int) -> tuple[KQuantWeight, np.ndarray]:
+    blocks = make_blocks(kind, n, k, np.random.default_rng(seed))
+    return KQuantWeight.from_blocks(kind, blocks, n, k), blocks
+
+
+def _gguf_dequantize(kind: str, blocks: np.ndarray, n: int, k: int) -> torch.Tensor:
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    return torch.from_numpy(dequantize(blocks, GGMLQuantizationType[kind]).copy()).reshape(n, k)
+
+
+def emulate(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The kernel's arithmetic with exact sums: activations to int8 per block of 32 as the kernel does in float32
+    (d = max|x| / 127, q = round half to even of x * (127 / max|x|)), then sum_b d_b * (q_b . w_b) in float64."""
+    m, k = x.shape
+    xb = x.float().view(m, k // 32, 32)
+    amax = xb.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, torch.tensor(127.0) / amax, torch.zeros(()))
+    q = torch.round(xb * inv).clamp(-127, 127).double()
+    d = (amax / 127).double()
+    wb = weight.double().view(weight.shape[0], k // 32, 32)
+    return torch.einsum("mbi,nbi,mb->mn", q, wb, d.squeeze(-1)).float()
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_dequantized_rows_equal_gguf_bit_for_bit(kind):
+    for n, k, seed in ((5, 256, 0), (33, 768, 1)):
+        weight, blocks = _weight(kind, n, k, seed)
+        want = _gguf_dequantize(kind, blocks, n, k)
+        assert torch.equal(weight.dequantize(), want)
+        assert torch.equal(weight._dequantize_gguf(torch.float32), want)
+        assert torch.equal(gather_rows(weight, torch.tensor([[3, 0], [n - 1, 3]]), torch.float32),
+                           want[[3, 0, n - 1, 3]].view(2, 2, k))
+
+
+@pytest.mark.parametrize("kind", TYPES)
+@pytest.mark.parametrize("m,n,k", [(1, 40, 256), (5, 19, 512), (9, 16, 768)])
+def test_matmul_equals_its_exact_emulation_on_every_isa(library, kind, m, n, k):
+    weight, blocks = _weight(kind, n, k, m * n + k)
+    torch.manual_seed(m + n)
+    x = torch.randn(m, k)
+    x[0, :32] = 0  # an all-zero activation block: d = 0
+    got = gemm(library, x, weight)
+    want = emulate(x, _gguf_dequantize(kind, blocks, n, k))
+    # float rounding only: each block's scale * d_act product and the float sums, ~1e-7 relative each
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    # and within the activations' rounding of the float matmul: int8 steps of max|x| / 127 per block of 32
+    ref = (x.double() @ _gguf_dequantize(kind, blocks, n, k).double().t())
+    step = x.abs().view(m, k // 32, 32).amax(-1) / 127  # |error per element| <= step / 2
+    bound = 0.5 * (step.double().repeat_interleave(32, 1) @ _gguf_dequantize(kind, blocks, n, k).double().abs().t())
+    assert ((got.double() - ref).abs() <= bound + 1e-6).all()
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_every_isa_gives_the_same_bits(kind):
+    """Exact integer sums and the same float operations in the same order on every path: identical results."""
+    weight, _ = _weight(kind, 24, 512, 7)
+    x = torch.randn(6, 512)
+    results = {}
+    for name, flags in VARIANTS.items():
+        if name in REQUIRES and not _cpu_has(REQUIRES[name]):
+            continue
+        results[name] = gemm(build_library(flags), x, weight)
+    assert len(results) >= 2
+    first = next(iter(results.values()))
+    assert all(torch.equal(first, r) for r in results.values()), list(results)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_each_row_is_independent_of_its_batch(threads):
+    torch.set_num_threads(threads)
+    library = native_library()
+    for kind in ("Q4_K", "Q6_K", "Q5_0", "Q8_0", "Q5_1"):
+        weight, _ = _weight(kind, 300, 512, 11)
+        x = torch.randn(13, 512)
+        full = gemm(library, x, weight)
+        assert all(torch.equal(full[i:i + 1], gemm(library, x[i:i + 1], weight)) for i in range(13))
+        assert torch.equal(full[3:9], gemm(library, x[3:9], weight))
+
+
+def test_a_fused_weight_keeps_each_parts_type():
+    """A Q4_K_M qkv: Q5_0 q and k next to a Q8_0 v, and a Q4_K / Q6_K mix: one output, one call per part."""
+    library = native_library()
+    q, _ = _weight("Q5_0", 16, 256, 1)
+    k, _ = _weight("Q5_0", 8, 256, 2)
+    v, _ = _weight("Q8_0", 8, 256, 3)
+    fused = KQuantWeight.cat([q, k, v])
+    assert fused.types == ("Q5_0", "Q8_0") and fused.shape == (32, 256)
+    x = torch.randn(3, 256)
+    assert torch.equal(gemm(library, x, fused), torch.cat([gemm(library, x, w) for w in (q, k, v)], dim=1))
+    assert torch.equal(fused.dequantize(), torch.cat([w.dequantize() for w in (q, k, v)]))
+    mixed = KQuantWeight.cat([_weight("Q4_K", 5, 512, 4)[0], _weight("Q6_K", 7, 512, 5)[0]])
+    torch.testing.assert_close(gemm(library, x.repeat(1, 2), mixed),
+                               emulate(x.repeat(1, 2), mixed.dequantize()), rtol=1e-5, atol=1e-5)
+
+
+def test_bad_shapes_are_refused():
+    from tiers.quantization.int4 import QuantizationError
+
+    with pytest.raises(QuantizationError):
+        KQuantWeight([("Q4_K", torch.zeros(2, 144, dtype=torch.uint8))], 512)
+    with pytest.raises(QuantizationError):
+        KQuantWeight.from_blocks("Q4_K", np.zeros((2, 72), np.uint8), 2, 128)

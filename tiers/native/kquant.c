@@ -1,0 +1,469 @@
+/* GGUF block types as stored, run natively: K-quants (Q4_K, Q5_K, Q6_K: super-blocks of 256) and the 32-blocks
+ * Q5_0, Q5_1, Q8_0 (and Q4_0, Q4_1). llama.cpp's ggml is the reference for the layouts (ggml-common.h):
+ *   Q4_K 144 bytes: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins (8 each), 128 bytes of nibbles;
+ *        sub-block j of 32 (j = 2c + h): nibble h of qs[32c .. 32c + 31]; value = d * sc_j * q - dmin * m_j
+ *   Q5_K 176 bytes: as Q4_K plus qh[32] before qs: bit j of qh[l] is the fifth bit of element l of sub-block j
+ *   Q6_K 210 bytes: ql[128], qh[64], int8 scales[16], fp16 d; value = d * sc_{e / 16} * (q - 32), q 6 bits
+ *   Q8_0 34 bytes: fp16 d, int8 q[32]; Q5_0 22: fp16 d, uint32 qh, qs[16] (value d * (q - 16));
+ *   Q5_1 24: fp16 d, fp16 m, qh, qs (d * q + m); Q4_0 18: d, qs[16] (d * (q - 8)); Q4_1 20: d, m, qs (d * q + m)
+ * A weight row is its blocks back to back, as in the file.
+ *
+ * Activations are quantized per row to int8 blocks of 32 (Q8_0: d = max|x| / 127, round half to even), finer than
+ * ggml's Q8_K (one scale per 256) and one format for every weight type. Per block of 32, the integer dot of the
+ * weight's codes (unsigned 0..63, or signed for Q6_K / Q8_0) with the activation's goes into 8 int32 lanes, lane
+ * k holding elements 4k .. 4k + 3 (vpdpbusd's lanes, and pmaddubsw + pmaddwd's), and is added to 8 float lanes:
+ * acc[k] = fma(float(isum[k]), scale_k * d_act, acc[k]) (Q6_K: lanes 0-3 and 4-7 have their own sub-block scale).
+ * A min (Q4_K, Q5_K, Q4_0, Q4_1, Q5_0, Q5_1) adds min * d_act * sum(q_act) to one float, in block order. The
+ * integer sums are exact and the float steps are the same operations in the same order on every path, so AVX-512
+ * VNNI, AVX2 and plain C give the same bits, and a row's result does not depend on the batch it came in.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__F16C__)
+#define KQ_VNNI 1
+#define KQ_SIMD 1
+#include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define KQ_SIMD 1
+#include <immintrin.h>
+#endif
+
+#define QK 32
+#define QK_K 256
+#define KQ_ROWS 4
+#define KQ_CHUNK 16
+
+/* GGML type ids */
+enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };
+
+static int64_t group_elems(int type) { return type >= T_Q4_K ? QK_K : QK; }
+
+static int64_t group_bytes(int type) {
+    switch (type) {
+    case T_Q4_0: return 18;
+    case T_Q4_1: return 20;
+    case T_Q5_0: return 22;
+    case T_Q5_1: return 24;
+    case T_Q8_0: return 34;
+    case T_Q4_K: return 144;
+    case T_Q5_K: return 176;
+    case T_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+/* bytes of one weight row of K elements, 0 for an unknown type or a K the type's blocks do not divide */
+int64_t aio_kq_row_bytes(int type, int64_t K) {
+    const int64_t g = group_elems(type), b = group_bytes(type);
+    return b && K > 0 && K % g == 0 ? K / g * b : 0;
+}
+
+static inline float fp16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+#if defined(KQ_SIMD)
+    return _cvtsh_ss(h);
+#endif
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+    if (exp == 0) {
+        const float f = (float)mant * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    const uint32_t bits = sign | (exp == 0x1F ? 0x7F800000u | (mant << 13) : ((exp + 112) << 23) | (mant << 13));
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (ggml's get_scale_min_k4) */
+static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* codes kept signed (value = scale * code): Q5_0 and Q4_0 as q - 16 / q - 8, which is gguf's own formula */
+static inline int is_signed(int type) {
+    return type == T_Q6_K || type == T_Q8_0 || type == T_Q5_0 || type == T_Q4_0;
+}
+static inline int subs_per_group(int type) { return type >= T_Q4_K ? QK_K / QK : 1; }
+
+/* A group's float scales: lo[j] / hi[j] for lanes 0-3 / 4-7 of sub-block j, mn[j] its min (0 when none) */
+static inline void group_scales(int type, const uint8_t *g, float *lo, float *hi, float *mn) {
+    switch (type) {
+    case T_Q4_K:
+    case T_Q5_K: {
+        const float d = fp16(g), dmin = fp16(g + 2);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            scale_min_k4(j, g + 4, &sc, &m);
+            lo[j] = hi[j] = d * (float)sc;
+            mn[j] = -(dmin * (float)m);
+        }
+        break;
+    }
+    case T_Q6_K: {
+        const float d = fp16(g + 208);
+        const int8_t *sc = (const int8_t *)(g + 192);
+        for (int j = 0; j < 8; j++) {
+            lo[j] = d * (float)sc[2 * j];
+            hi[j] = d * (float)sc[2 * j + 1];
+            mn[j] = 0.0f;
+        }
+        break;
+    }
+    case T_Q8_0: lo[0] = hi[0] = fp16(g); mn[0] = 0.0f; break;
+    case T_Q4_0:
+    case T_Q5_0: lo[0] = hi[0] = fp16(g); mn[0] = 0.0f; break;
+    default: /* Q4_1, Q5_1 */ lo[0] = hi[0] = fp16(g); mn[0] = fp16(g + 2); break;
+    }
+}
+
+/* The 32 codes of sub-block j of group g, natural order (unsigned, or signed for Q6_K / Q8_0), plain C. */
+static inline void codes_c(int type, const uint8_t *g, int j, uint8_t *out) {
+    switch (type) {
+    case T_Q4_K: {
+        const uint8_t *qs = g + 16 + 32 * (j >> 1);
+        for (int l = 0; l < 32; l++) out[l] = (j & 1) ? qs[l] >> 4 : qs[l] & 0x0F;
+        break;
+    }
+    case T_Q5_K: {
+        const uint8_t *qh = g + 16, *qs = g + 48 + 32 * (j >> 1);
+        for (int l = 0; l < 32; l++)
+            out[l] = (uint8_t)(((j & 1) ? qs[l] >> 4 : qs[l] & 0x0F) | (((qh[l] >> j) & 1) << 4));
+        break;
+    }
+    case T_Q6_K: {
+        const int h = j >> 2, q = j & 3;
+        const uint8_t *ql = g + 64 * h + 32 * (q & 1), *qh = g + 128 + 32 * h;
+        for (int l = 0; l < 32; l++)
+            out[l] = (uint8_t)(int8_t)((((q >= 2) ? ql[l] >> 4 : ql[l] & 0x0F) | (((qh[l] >> (2 * q)) & 3) << 4)) - 32);
+        break;
+    }
+    case T_Q8_0: memcpy(out, g + 2, 32); break;
+    case T_Q4_0:
+    case T_Q4_1: {
+        const uint8_t *qs = g + (type == T_Q4_0 ? 2 : 4);
+        const int off = type == T_Q4_0 ? 8 : 0;
+        for (int l = 0; l < 16; l++) {
+            out[l] = (uint8_t)((qs[l] & 0x0F) - off);
+            out[l + 16] = (uint8_t)((qs[l] >> 4) - off);
+        }
+        break;
+    }
+    default: { /* Q5_0, Q5_1 */
+        const int off = type == T_Q5_0 ? 2 : 4;
+        uint32_t qh;
+        memcpy(&qh, g + off, 4);
+        const uint8_t *qs = g + off + 4;
+        const int sub = type == T_Q5_0 ? 16 : 0;
+        for (int l = 0; l < 16; l++) {
+            out[l] = (uint8_t)(((qs[l] & 0x0F) | (((qh >> l) & 1) << 4)) - sub);
+            out[l + 16] = (uint8_t)(((qs[l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) - sub);
+        }
+        break;
+    }
+    }
+}
+
+/* out[N, K] float32 = the rows dequantized (what gguf's dequantizer gives: scale * code + min) */
+int aio_kq_dequantize(const uint8_t *w, int64_t N, int64_t K, int type, float *out) {
+    const int64_t rb = aio_kq_row_bytes(type, K), ge = group_elems(type), gb = group_bytes(type);
+    if (!rb) return -1;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t gi = 0; gi < K / ge; gi++) {
+            const uint8_t *g = w + n * rb + gi * gb;
+            float lo[8], hi[8], mn[8];
+            group_scales(type, g, lo, hi, mn);
+            for (int j = 0; j < subs_per_group(type); j++) {
+                uint8_t c[32];
+                codes_c(type, g, j, c);
+                float *o = out + n * K + gi * ge + j * QK;
+                for (int l = 0; l < QK; l++) {
+                    const float code = is_signed(type) ? (float)(int8_t)c[l] : (float)c[l];
+                    const float s = l < 16 ? lo[j] : hi[j];
+                    o[l] = is_signed(type) ? s * code : s * code + mn[j];
+                }
+            }
+        }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- activations */
+typedef struct {
+    int8_t *q;   /* [M, K] natural order */
+    float *d;    /* [M, K / 32] */
+    float *dsum; /* [M, K / 32] d * sum(q) */
+} act_t;
+
+static void quantize_act(const float *x, int64_t K, int8_t *q, float *d, float *dsum) {
+    for (int64_t b = 0; b < K / QK; b++) {
+        const float *xb = x + b * QK;
+        float amax = 0.0f;
+        for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < QK; i++) {
+            int v = (int)nearbyintf(xb[i] * inv);
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            q[b * QK + i] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = amax / 127.0f;
+        dsum[b] = d[b] * (float)sum;
+    }
+}
+
+/* ---------------------------------------------------------------- lanes */
+#if defined(KQ_SIMD)
+typedef __m256 facc;
+static inline facc facc_zero(void) { return _mm256_setzero_ps(); }
+
+/* u8 codes x s8 activations -> 8 int32 lanes of 4 */
+static inline __m256i dot_u(__m256i u, __m256i s) {
+#if defined(KQ_VNNI)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+static inline facc lanes_fma(__m256i codes, int sgn, const int8_t *a, float s_lo, float s_hi, facc acc) {
+    __m256i av = _mm256_loadu_si256((const __m256i *)a);
+    __m256i isum = sgn ? dot_u(_mm256_sign_epi8(codes, codes), _mm256_sign_epi8(av, codes)) : dot_u(codes, av);
+    const __m256 sv = _mm256_set_m128(_mm_set1_ps(s_hi), _mm_set1_ps(s_lo));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sv, acc);
+}
+
+static inline facc facc_add(facc a, facc b) { return _mm256_add_ps(a, b); }
+
+/* lane j += mn[j] * dsum[j] */
+static inline facc mins_fma(const float *mn, const float *dsum, facc acc) {
+    return _mm256_fmadd_ps(_mm256_loadu_ps(mn), _mm256_loadu_ps(dsum), acc);
+}
+
+/* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) */
+static inline float facc_sum(facc v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* the 32 bits of a uint32 as 32 bytes 0x10 (bit set) or 0 */
+static inline __m256i bits_to_16(uint32_t bits) {
+    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL, 0x0202020202020202LL,
+                                            0x0303030303030303LL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+static inline __attribute__((always_inline)) __m256i codes_v(const int type, const uint8_t *g, int j) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    switch (type) {
+    case T_Q4_K: {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * (j >> 1)));
+        return (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
+    }
+    case T_Q5_K: {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 48 + 32 * (j >> 1)));
+        const __m256i lo = (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 16));
+        const __m256i bit = _mm256_set1_epi8((char)(1 << j));
+        const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
+                                            _mm256_set1_epi8(0x10));
+        return _mm256_or_si256(lo, hi);
+    }
+    case T_Q6_K: {
+        const int h = j >> 2, q = j & 3;
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 64 * h + 32 * (q & 1)));
+        const __m256i lo = (q >= 2) ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 128 + 32 * h));
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * q), _mm256_set1_epi8(3));
+        return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    }
+    case T_Q8_0: return _mm256_loadu_si256((const __m256i *)(g + 2));
+    case T_Q4_0:
+    case T_Q4_1: {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(g + (type == T_Q4_0 ? 2 : 4)));
+        const __m256i both = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        return type == T_Q4_0 ? _mm256_sub_epi8(both, _mm256_set1_epi8(8)) : both;
+    }
+    default: { /* Q5_0, Q5_1 */
+        const int off = type == T_Q5_0 ? 2 : 4;
+        uint32_t qh;
+        memcpy(&qh, g + off, 4);
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(g + off + 4));
+        const __m256i lo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        const __m256i q = _mm256_or_si256(lo, bits_to_16(qh));
+        return type == T_Q5_0 ? _mm256_sub_epi8(q, _mm256_set1_epi8(16)) : q;
+    }
+    }
+}
+#define CODES(type, g, j) codes_v(type, g, j)
+#define CODES_T __m256i
+#else
+typedef struct { float v[8]; } facc;
+static inline facc facc_zero(void) {
+    facc a;
+    for (int k = 0; k < 8; k++) a.v[k] = 0.0f;
+    return a;
+}
+
+typedef struct { uint8_t b[32]; } codes_t;
+
+static inline facc lanes_fma(codes_t codes, int sgn, const int8_t *a, float s_lo, float s_hi, facc acc) {
+    for (int k = 0; k < 8; k++) {
+        int isum = 0;
+        for (int i = 4 * k; i < 4 * k + 4; i++)
+            isum += (sgn ? (int)(int8_t)codes.b[i] : (int)codes.b[i]) * (int)a[i];
+        acc.v[k] = fmaf((float)isum, k < 4 ? s_lo : s_hi, acc.v[k]);
+    }
+    return acc;
+}
+
+static inline facc facc_add(facc a, facc b) {
+    for (int k = 0; k < 8; k++) a.v[k] += b.v[k];
+    return a;
+}
+
+static inline facc mins_fma(const float *mn, const float *dsum, facc acc) {
+    for (int k = 0; k < 8; k++) acc.v[k] = fmaf(mn[k], dsum[k], acc.v[k]);
+    return acc;
+}
+
+static inline float facc_sum(facc a) {
+    const float *v = a.v;
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+static inline codes_t codes_s(int type, const uint8_t *g, int j) {
+    codes_t c;
+    codes_c(type, g, j, c.b);
+    return c;
+}
+#define CODES(type, g, j) codes_s(type, g, j)
+#define CODES_T codes_t
+#endif
+
+/* out[m, n0 + t] for R activation rows from m0 and weight rows n0 .. n0 + NT - 1; TYPE and R constant per call.
+ * Two accumulators per row (even and odd blocks of 32) so that consecutive FMAs do not wait on each other; the
+ * K-quants' mins go into 8 lanes (one per sub-block), Q4_1 / Q5_1's into one float. */
+static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const act_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
+    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
+    const int sgn = is_signed(TYPE), kq = TYPE >= T_Q4_K;
+    for (int64_t t = 0; t < NT; t++) {
+        const uint8_t *row = w + (n0 + t) * rb;
+        facc acc[2][KQ_ROWS], mv[KQ_ROWS];
+        float ms[KQ_ROWS];
+        for (int r = 0; r < R; r++) {
+            acc[0][r] = acc[1][r] = mv[r] = facc_zero();
+            ms[r] = 0.0f;
+        }
+        if (kq) {
+            for (int64_t gi = 0; gi < nb / 8; gi++) {
+                const uint8_t *g = row + gi * gb;
+                float lo[8], hi[8], mn[8];
+                group_scales(TYPE, g, lo, hi, mn);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const CODES_T c = CODES(TYPE, g, j);
+                    const int64_t b = gi * 8 + j;
+                    for (int r = 0; r < R; r++) {
+                        const float da = a->d[(m0 + r) * nb + b];
+                        acc[j & 1][r] = lanes_fma(c, sgn, a->q + (m0 + r) * K + b * QK, lo[j] * da, hi[j] * da,
+                                                  acc[j & 1][r]);
+                    }
+                }
+                if (!sgn)
+                    for (int r = 0; r < R; r++) mv[r] = mins_fma(mn, a->dsum + (m0 + r) * nb + gi * 8, mv[r]);
+            }
+        } else {
+            for (int64_t b = 0; b < nb; b += 2) {
+#pragma GCC unroll 2
+                for (int j = 0; j < 2; j++) {
+                    if (b + j >= nb) break;
+                    const uint8_t *g = row + (b + j) * gb;
+                    float lo[1], hi[1], mn[1];
+                    group_scales(TYPE, g, lo, hi, mn);
+                    const CODES_T c = CODES(TYPE, g, 0);
+                    for (int r = 0; r < R; r++) {
+                        const float da = a->d[(m0 + r) * nb + b + j];
+                        acc[j][r] = lanes_fma(c, sgn, a->q + (m0 + r) * K + (b + j) * QK, lo[0] * da, hi[0] * da,
+                                              acc[j][r]);
+                        if (!sgn) ms[r] += mn[0] * a->dsum[(m0 + r) * nb + b + j];
+                    }
+                }
+            }
+        }
+        for (int r = 0; r < R; r++)
+            out[(m0 + r) * ldo + n0 + t] = (facc_sum(facc_add(acc[0][r], acc[1][r])) + facc_sum(mv[r])) + ms[r];
+    }
+}
+
+#define KQ_R(TYPE)                                                                                             \
+    switch (R) {                                                                                               \
+    case 1: rows_dot(TYPE, a, m0, 1, K, w, n0, NT, out, ldo); break;                                           \
+    case 2: rows_dot(TYPE, a, m0, 2, K, w, n0, NT, out, ldo); break;                                           \
+    case 3: rows_dot(TYPE, a, m0, 3, K, w, n0, NT, out, ldo); break;                                           \
+    default: rows_dot(TYPE, a, m0, KQ_ROWS, K, w, n0, NT, out, ldo); break;                                    \
+    }
+
+static void tile(int type, const act_t *a, int64_t m0, int R, int64_t K, const uint8_t *w, int64_t n0, int64_t NT,
+                 float *out, int64_t ldo) {
+    switch (type) {
+    case T_Q4_K: KQ_R(T_Q4_K) break;
+    case T_Q5_K: KQ_R(T_Q5_K) break;
+    case T_Q6_K: KQ_R(T_Q6_K) break;
+    case T_Q8_0: KQ_R(T_Q8_0) break;
+    case T_Q5_0: KQ_R(T_Q5_0) break;
+    case T_Q5_1: KQ_R(T_Q5_1) break;
+    case T_Q4_0: KQ_R(T_Q4_0) break;
+    default: KQ_R(T_Q4_1) break;
+    }
+}
+
+/* out[M, N] (row stride ldo) = x[M, K] (row stride ldx) @ W[N, K]^T, W as N rows of `type` blocks.
+ * Returns 0, -1 when memory ran out, -2 for a type or K this kernel does not take. */
+int aio_gemm_kq(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, int type,
+                float *out, int64_t ldo, int nthreads) {
+    if (!aio_kq_row_bytes(type, K)) return -2;
+    const int64_t nb = K / QK;
+    act_t a;
+    a.q = (int8_t *)malloc((size_t)(M * K));
+    a.d = (float *)malloc(sizeof(float) * (M * nb));
+    a.dsum = (float *)malloc(sizeof(float) * (M * nb));
+    if (!a.q || !a.d || !a.dsum) {
+        free(a.q);
+        free(a.d);
+        free(a.dsum);
+        return -1;
+    }
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
+    for (int64_t m = 0; m < M; m++) quantize_act(x + m * ldx, K, a.q + m * K, a.d + m * nb, a.dsum + m * nb);
+    const int64_t chunks = (N + KQ_CHUNK - 1) / KQ_CHUNK;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (N * M * K >= 262144)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t n0 = c * KQ_CHUNK, NT = (c + 1) * KQ_CHUNK < N ? KQ_CHUNK : N - n0;
+        for (int64_t m0 = 0; m0 < M; m0 += KQ_ROWS) {
+            const int R = (int)(M - m0 < KQ_ROWS ? M - m0 : KQ_ROWS);
+            tile(type, &a, m0, R, K, w, n0, NT, out, ldo);
+        }
+    }
+    free(a.q);
+    free(a.d);
+    free(a.dsum);
+    return 0;
+}

@@ -1,0 +1,150 @@
+"""GGUF block-quantized weights kept as stored, for the native CPU kernel (tiers/native/kquant.c): K-quants
+(Q4_K, Q5_K, Q6_K: super-blocks of 256 with 6-bit or int8 sub-block scales) and Q5_0, Q5_1, Q8_0 (blocks of 32).
+
+A KQuantWeight is one or more parts stacked along the output rows, each part rows of one block type as bytes
+[rows, row_bytes] straight from the file: a fused projection whose shards have different types (Q4_K_M stores
+some attn_v / ffn_down as Q6_K or Q8_0 next to Q4_K / Q5_0 shards) keeps each shard's type, and its matmul is one
+kernel call per part into the columns of one output.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tiers.native import NativeKernelError, NativeLibrary
+from tiers.quantization.int4 import QuantizationError
+
+# GGML type id, elements per block, bytes per block
+BLOCK_TYPES = {"Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20), "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24),
+               "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210)}
+# the types a GGUF projection keeps as stored (Q4_0 / Q4_1 go to Int4Weight and the w4a8 kernel instead)
+NATIVE_TYPES = ("Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+
+
+def row_bytes(kind: str, k: int) -> int:
+    _, elems, nbytes = BLOCK_TYPES[kind]
+    if k % elems:
+        raise QuantizationError(f"{kind} rows hold multiples of {elems} elements, not {k}")
+    return k // elems * nbytes
+
+
+@dataclass
+class KQuantWeight:
+    parts: list[tuple[str, torch.Tensor]]  # (type name, uint8 [rows, row_bytes(type, K)]) in output-row order
+    in_features: int
+
+    def __post_init__(self) -> None:
+        for kind, rows in self.parts:
+            if kind not in BLOCK_TYPES:
+                raise QuantizationError(f"block type {kind} is not one of {', '.join(BLOCK_TYPES)}")
+            if rows.dtype != torch.uint8 or rows.dim() != 2 or rows.shape[1] != row_bytes(kind, self.in_features):
+                raise QuantizationError(f"{kind} part {tuple(rows.shape)} {rows.dtype} is not uint8 rows of "
+                                        f"{row_bytes(kind, self.in_features)} bytes")
+
+    @staticmethod
+    def from_blocks(kind: str, data: np.ndarray, rows: int, k: int) -> "KQuantWeight":
+        """A tensor's raw blocks (a GGUF reader's tensor.data: [rows, row_bytes] or flat) as one part."""
+        array = np.ascontiguousarray(data).view(np.uint8).reshape(rows, row_bytes(kind, k))
+        return KQuantWeight([(kind, torch.from_numpy(array.copy()))], k)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return sum(rows.shape[0] for _, rows in self.parts), self.in_features
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(kind for kind, _ in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(rows.numel() for _, rows in self.parts)
+
+    def select_rows(self, index: torch.Tensor) -> "KQuantWeight":
+        if len(self.parts) != 1:
+            raise QuantizationError("select_rows takes a weight of one part")
+        kind, rows = self.parts[0]
+        return KQuantWeight([(kind, rows[index].contiguous())], self.in_features)
+
+    def to(self, device: torch.device | str) -> "KQuantWeight":
+        return KQuantWeight([(kind, rows.to(device)) for kind, rows in self.parts], self.in_features)
+
+    @staticmethod
+    def cat(weights: list["KQuantWeight"]) -> "KQuantWeight":
+        if len({w.in_features for w in weights}) != 1:
+            raise QuantizationError("parts with different in_features")
+        parts: list[tuple[str, torch.Tensor]] = []
+        for w in weights:
+            for kind, rows in w.parts:
+                if parts and parts[-1][0] == kind:  # neighbours of one type: one part, one kernel call
+                    parts[-1] = (kind, torch.cat((parts[-1][1], rows)))
+                else:
+                    parts.append((kind, rows))
+        return KQuantWeight(parts, weights[0].in_features)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The float [N, K] weight, equal to gguf's dequantizer (scale * code + min in float32)."""
+        from tiers.native import native_library
+
+        native = native_library()
+        if native is None:
+            return self._dequantize_gguf(dtype)
+        return torch.cat([dequantize_rows(native, rows, kind, self.in_features) for kind, rows in self.parts]
+                         ).to(dtype)
+
+    def _dequantize_gguf(self, dtype: torch.dtype) -> torch.Tensor:
+        from gguf.constants import GGMLQuantizationType
+        from gguf.quants import dequantize
+
+        out = [torch.from_numpy(dequantize(rows.cpu().numpy(), GGMLQuantizationType[kind]).copy())
+               for kind, rows in self.parts]
+        return torch.cat(out).reshape(self.shape).to(dtype)
+
+
+def dequantize_rows(native: NativeLibrary, rows: torch.Tensor, kind: str, k: int) -> torch.Tensor:
+    """uint8 [N, row_bytes] of one block type -> float32 [N, K], through the kernel's own decoding."""
+    rows = rows.contiguous()
+    out = torch.empty(rows.shape[0], k, dtype=torch.float32)
+    if native.lib.aio_kq_dequantize(rows.data_ptr(), rows.shape[0], k, BLOCK_TYPES[kind][0], out.data_ptr()):
+        raise NativeKernelError(f"the native kernel does not take {kind} rows of {k} elements")
+    return out
+
+
+def gemm(native: NativeLibrary, x: torch.Tensor, weight: KQuantWeight) -> torch.Tensor:
+    """float32 [M, K] @ W^T -> float32 [M, N]: one kernel call per part, each into its own output columns."""
+    if x.dtype != torch.float32 or x.stride(-1) != 1:
+        x = x.float().contiguous()
+    m, k = x.shape
+    n = weight.shape[0]
+    out = torch.empty(m, n, dtype=torch.float32)
+    col = 0
+    for kind, rows in weight.parts:
+        status = native.lib.aio_gemm_kq(x.data_ptr(), m, k, x.stride(0), rows.data_ptr(), rows.shape[0],
+                                        BLOCK_TYPES[kind][0], ctypes.c_void_p(out.data_ptr() + 4 * col), n,
+                                        torch.get_num_threads())
+        if status:
+            raise NativeKernelError("out of memory in the native kernel" if status == -1 else
+                                    f"the native kernel does not take {kind} rows of {k} elements")
+        col += rows.shape[0]
+    return out
+
+
+def gather_rows(weight: KQuantWeight, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rows `ids` dequantized (an embedding read from the same blocks as a tied lm_head): [*ids.shape, K]."""
+    from tiers.native import native_library
+
+    flat = ids.reshape(-1)
+    native = native_library()
+    k = weight.in_features
+    out = torch.empty(flat.shape[0], k, dtype=torch.float32)
+    start = 0
+    for kind, rows in weight.parts:
+        inside = (flat >= start) & (flat < start + rows.shape[0])
+        if inside.any():
+            picked = rows[flat[inside] - start]
+            out[inside] = (dequantize_rows(native, picked, kind, k) if native is not None else
+                           KQuantWeight([(kind, picked)], k)._dequantize_gguf(torch.float32))
+        start += rows.shape[0]
+    return out.view(*ids.shape, k).to(dtype)
