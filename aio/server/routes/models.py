@@ -1,6 +1,6 @@
-"""GET /v1/models (and /v1/models/{id}): `auto` (routed) and each tier. The `aio` object says what a tier is: `demo_weights` (random
-weights: gibberish), `embedded_default` ("smollm2" / "random" for the demo tiers served when none are configured,
-else null) and `note`, a sentence for people."""
+"""GET /v1/models (and /v1/models/{id}): `auto` (routed) and each tier. The `aio` object says what a tier is:
+`demo_weights` (random weights: gibberish), `embedded_default` ("smollm2" / "family" / "random": the demo tiers
+served when none are configured, else null) and `note`, a sentence for people."""
 from __future__ import annotations
 
 import time
@@ -35,7 +35,7 @@ async def retrieve_model(model_id: str, state: State, key: ApiKey) -> dict:
 def _entries(state: AppState) -> list[dict]:
     tiers = list(state.pool)
     demo = any(t.is_demo for t in tiers)  # random demo weights
-    embedded = state.demo.kind if state.demo is not None else None  # "smollm2" | "random" | None
+    embedded = state.demo.kind if state.demo is not None else None  # "smollm2" | "family" | "random" | None
     note = state.demo.note if state.demo is not None else None
     data = [{"id": "auto", "object": "model", "created": _CREATED, "owned_by": "aio", "root": "auto",
              "max_model_len": max(t.max_model_len for t in tiers),
