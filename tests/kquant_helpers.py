@@ -42,3 +42,76 @@ def make_blocks(kind: str, n: int, k: int, rng: np.random.Generator, scale: floa
         values = rng.standard_normal((n, k)).astype(np.float32) * scale
         return quantize(values, GGMLQuantizationType[kind]).reshape(n, row_bytes(kind, k))
     return np.concatenate(parts, axis=-1).reshape(n, row_bytes(kind, k))
+
+
+# A Q4_K_M-like mix (llama.cpp's choice for rows of 256: Q4_K, some Q6_K, Q5_0 / Q8_0 where a K-quant does not fit)
+MIX = {"attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K", "attn_output": "Q5_K", "ffn_gate": "Q4_K",
+       "ffn_up": "Q5_0", "ffn_down": ("Q6_K", "Q8_0"), "output": "Q6_K", "token_embd": "Q8_0"}
+
+
+def write_kquant_gguf(path, *, arch: str = "qwen2", hidden: int = 256, heads: int = 4, kv_heads: int = 2,
+                      ffn: int = 512, layers: int = 2, types: dict | None = None, tied: bool = False,
+                      seed: int = 0) -> None:
+    """A random llama-family GGUF whose projections are `types` (MIX: per GGUF tensor name; a tuple alternates
+    over layers), its blocks built by make_blocks; norms near 1, qwen2 biases small."""
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+
+    from tests.quant_helpers import tiny_vocab
+
+    types = {**MIX, **(types or {})}
+    rng = np.random.default_rng(seed)
+    tokens, merges, token_types = tiny_vocab()
+    vocab = len(tokens) + (32 - len(tokens) % 32) % 32
+    tokens = tokens + [f"<pad{i}>" for i in range(vocab - len(tokens))]
+    token_types = token_types + [4] * (vocab - len(token_types))
+    head_dim = hidden // heads
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(layers)
+    w.add_context_length(512)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(50000.0)
+    w.add_rope_dimension_count(head_dim)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types(token_types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+    def add(name: str, shape: tuple[int, ...], kind: str | tuple, layer: int = 0, scale: float = 0.05) -> None:
+        kind = kind[layer % len(kind)] if isinstance(kind, tuple) else kind
+        if kind == "F32":
+            values = (1 + 0.1 * rng.standard_normal(shape) if name.endswith("norm.weight")
+                      else scale * rng.standard_normal(shape)).astype(np.float32)
+            w.add_tensor(name, values)
+        else:
+            w.add_tensor(name, make_blocks(kind, shape[0], shape[1], rng, scale), raw_dtype=Q[kind])
+
+    add("token_embd.weight", (vocab, hidden), types["token_embd"], scale=1.0)
+    for i in range(layers):
+        p = f"blk.{i}"
+        add(f"{p}.attn_norm.weight", (hidden,), "F32")
+        add(f"{p}.ffn_norm.weight", (hidden,), "F32")
+        add(f"{p}.attn_q.weight", (heads * head_dim, hidden), types["attn_q"], i)
+        add(f"{p}.attn_k.weight", (kv_heads * head_dim, hidden), types["attn_k"], i)
+        add(f"{p}.attn_v.weight", (kv_heads * head_dim, hidden), types["attn_v"], i)
+        if arch == "qwen2":
+            for part, rows in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
+                add(f"{p}.attn_{part}.bias", (rows * head_dim,), "F32", scale=0.02)
+        add(f"{p}.attn_output.weight", (hidden, heads * head_dim), types["attn_output"], i)
+        add(f"{p}.ffn_gate.weight", (ffn, hidden), types["ffn_gate"], i)
+        add(f"{p}.ffn_up.weight", (ffn, hidden), types["ffn_up"], i)
+        add(f"{p}.ffn_down.weight", (hidden, ffn), types["ffn_down"], i)
+    add("output_norm.weight", (hidden,), "F32")
+    if not tied:
+        add("output.weight", (vocab, hidden), types["output"], scale=0.5)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

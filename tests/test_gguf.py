@@ -15,6 +15,7 @@ from quant_helpers import permute_like_llama_cpp, prefill_logits, write_gguf  # 
 from tiers.models.gguf import GGUFError, build_model, load_gguf  # noqa: E402
 from tiers.models.gguf.reader import permute_rows, unpermute_index  # noqa: E402
 from tiers.quantization import Int4Weight  # noqa: E402
+from tiers.quantization.kquant import KQuantWeight  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -46,7 +47,9 @@ def test_weights_equal_gguf_dequantizer_after_unpermute(tmp_path, proj_type, kee
         for name, want in expected.items():
             got = ck.weights[name]
             assert isinstance(got, Int4Weight) == (keep_int4 and proj_type in ("Q4_0", "Q4_1") and "norm" not in name)
-            got = got.dequantize() if isinstance(got, Int4Weight) else got
+            # Q8_0 projections stay as stored for the native kernel (tiers/quantization/kquant.py)
+            assert isinstance(got, KQuantWeight) == (keep_int4 and proj_type == "Q8_0" and "norm" not in name)
+            got = got.dequantize() if isinstance(got, (Int4Weight, KQuantWeight)) else got
             assert torch.equal(got, want), name
     assert torch.equal(ck.weights["embed_tokens.weight"], _reference(orig["model.embed_tokens.weight"], "Q8_0"))
     assert "lm_head.weight" not in ck.weights and ck.config.tie_word_embeddings

@@ -14,10 +14,13 @@ from torch import nn
 
 from tiers.models.config import ModelConfig, UnsupportedModelError
 from tiers.models.llama import LlamaForCausalLM
+from tiers.native import native_library
 from tiers.quantization.int4 import Int4Weight
+from tiers.quantization.kquant import KQuantWeight
 from tiers.quantization.linear import QuantizedLinear, set_submodule
 
-Weights = dict[str, "torch.Tensor | Int4Weight"]
+Weights = dict[str, "torch.Tensor | Int4Weight | KQuantWeight"]
+PACKED = (Int4Weight, KQuantWeight)  # weights that stay quantized: QuantizedLinear layers
 
 
 def fuse_shards(shards: dict[str, dict[int, "torch.Tensor | Int4Weight"]], num_shards: Callable[[str], int],
@@ -33,8 +36,10 @@ def fuse_shards(shards: dict[str, dict[int, "torch.Tensor | Int4Weight"]], num_s
         ordered = [parts[i] for i in range(expected)]
         if all(isinstance(p, Int4Weight) for p in ordered):
             fused[ours] = Int4Weight.cat(ordered)
+        elif all(isinstance(p, KQuantWeight) for p in ordered):
+            fused[ours] = KQuantWeight.cat(ordered)
         else:
-            fused[ours] = torch.cat([p.dequantize(dtype) if isinstance(p, Int4Weight) else p.to(dtype)
+            fused[ours] = torch.cat([p.dequantize(dtype) if isinstance(p, PACKED) else p.to(dtype)
                                      for p in ordered])
     return fused
 
@@ -55,14 +60,18 @@ def assemble_model(config: ModelConfig, weights: Weights, device: torch.device |
     if config.tie_word_embeddings:
         expected.discard("lm_head.weight")
     int4_modules = set()
+    # GGUF block types as stored run on the native CPU kernel only: elsewhere they are dequantized here
+    kq_native = device.type == "cpu" and kernel in (None, "native") and native_library() is not None
+    weights = {n: w.dequantize(dtype) if isinstance(w, KQuantWeight) and not kq_native else w
+               for n, w in weights.items()}
     for name, w in weights.items():
-        if not isinstance(w, Int4Weight):
+        if not isinstance(w, PACKED):
             continue
         module = name.rpartition(".")[0]
         if name not in expected or not isinstance(model.get_submodule(module), nn.Linear):
             raise error(f"{path}: 4-bit weight {name!r} is not a projection of {config.architecture}")
         bias = weights.get(f"{module}.bias")
-        if isinstance(bias, Int4Weight):
+        if isinstance(bias, PACKED):
             raise error(f"{path}: bias {module}.bias is 4-bit")
         linear = model.get_submodule(module)
         if (linear.out_features, linear.in_features) != tuple(w.shape):

@@ -21,14 +21,17 @@ from tiers.models.loader import load_model
 from tiers.models.tokenizer import load_tokenizer
 from tiers.native import native_library
 from tiers.quantization.int4 import Int4Weight
-from tiers.quantization.linear import quantize_lm_head, quantize_model
+from tiers.quantization.kquant import KQuantWeight
+from tiers.quantization.linear import QuantizedLinear, quantize_lm_head, quantize_model
 
 logger = logging.getLogger(__name__)
 
-# "auto": as stored (float checkpoints float, AWQ and GGUF Q4_0/Q4_1 projections 4-bit, other GGUF types float);
+# "auto": as stored (float checkpoints float, AWQ and GGUF Q4_0/Q4_1 projections 4-bit, GGUF K-quant, Q5_0, Q5_1
+# and Q8_0 projections and a K-quant output tensor as stored on the native CPU kernel, other GGUF types float);
 # None: every projection float (4-bit ones dequantized); "int8" / "int4": every projection quantized, float ones
 # by round-to-nearest at load time (int4 in groups of quantization_group_size), native 4-bit ones kept as they
-# are for "int4" and dequantized then requantized for "int8".
+# are for "int4" and dequantized then requantized for "int8"; GGUF types other than Q4_0/Q4_1 are dequantized
+# then requantized for both.
 QUANTIZATION_MODES = ("auto", None, "int8", "int4")
 _STORED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -41,9 +44,9 @@ class Checkpoint:
 
     @property
     def native_int4(self) -> bool:
-        """Whether some projections are stored 4-bit."""
+        """Whether some projections are stored quantized in a form that runs as stored (4-bit, GGUF blocks)."""
         if self.format == "gguf":
-            return any(isinstance(w, Int4Weight) for w in self.gguf.weights.values())
+            return any(isinstance(w, (Int4Weight, KQuantWeight)) for w in self.gguf.weights.values())
         return self.format == "awq"
 
     @property
@@ -75,6 +78,8 @@ class Checkpoint:
             weights = self.gguf.weights if self.format == "gguf" else load_awq_weights(self.path, self.config)
             if quantization is None or quantization == "int8":
                 weights = _dequantized(weights)
+            elif quantization == "int4":  # requantized from float below, as before GGUF blocks ran natively
+                weights = _dequantized(weights, (KQuantWeight,))
             model = assemble_model(self.config, weights, device, load_dtype, self.path,
                                    GGUFError if self.format == "gguf" else AWQError, dense_min_rows, kernel)
         if requantize:
@@ -88,7 +93,7 @@ class Checkpoint:
         # with one scale each, so the requantization is exact (and its kernel keeps float32 activations)
         as_stored = (quantization is not None and self.q8_0_output and device.type == "cpu" and kernel != "torch"
                      and native_library() is not None)
-        if lm_head_int8 or as_stored:
+        if (lm_head_int8 or as_stored) and not isinstance(model.lm_head, QuantizedLinear):  # a K-quant one is
             quantize_lm_head(model, dtype, kernel)
         return model
 
@@ -119,8 +124,8 @@ def _from_gguf(checkpoint: GGUFCheckpoint) -> Checkpoint:
     return Checkpoint(Path(checkpoint.path), "gguf", checkpoint.config, checkpoint.tokenizer, checkpoint)
 
 
-def _dequantized(weights: Weights) -> Weights:
-    return {n: w.dequantize() if isinstance(w, Int4Weight) else w for n, w in weights.items()}
+def _dequantized(weights: Weights, kinds: tuple[type, ...] = (Int4Weight, KQuantWeight)) -> Weights:
+    return {n: w.dequantize() if isinstance(w, kinds) else w for n, w in weights.items()}
 
 
 def _stored_dtype(config: ModelConfig) -> torch.dtype:

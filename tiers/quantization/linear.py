@@ -28,6 +28,8 @@ from tiers.quantization.int8 import Int8Weight, quantize_int8
 from tiers.quantization import native_weights
 from tiers.native import native_library
 from tiers.quantization.cpu_native import gemm
+from tiers.quantization import kquant
+from tiers.quantization.kquant import KQuantWeight
 
 INT4_CPU_GROUP_SIZES = (32, 64, 128, 256)
 # The projections of tiers.models.llama (and their unfused Hugging Face names). lm_head / embed_tokens stay as is.
@@ -54,9 +56,11 @@ def _int8_cpu_kernel_ok(weight: Int8Weight) -> bool:
     return hasattr(torch.ops.aten, "_weight_int8pack_mm") and not weight.blockwise
 
 
-KERNELS = ("dequant", "cpu_int4pack", "cpu_int8pack", "triton_w4a16", "cpu_w4a8", "cpu_w8a8", "cpu_w8a32")
-# cpu_w8a32: INT8 weights with float32 activations, for the lm_head (its input's precision decides the argmax)
-NATIVE_KERNELS = ("cpu_w4a8", "cpu_w8a8", "cpu_w8a32")
+KERNELS = ("dequant", "cpu_int4pack", "cpu_int8pack", "triton_w4a16", "cpu_w4a8", "cpu_w8a8", "cpu_w8a32",
+           "cpu_kq")
+# cpu_w8a32: INT8 weights with float32 activations, for the lm_head (its input's precision decides the argmax);
+# cpu_kq: GGUF block types as stored (KQuantWeight: K-quants, Q5_0/Q5_1/Q8_0; tiers/native/kquant.c)
+NATIVE_KERNELS = ("cpu_w4a8", "cpu_w8a8", "cpu_w8a32", "cpu_kq")
 # Families a caller may name instead of one kernel: "native" (cpu_w4a8 / cpu_w8a32 by mode) or "torch" (torch's
 # packed CPU kernels); a family the layer cannot take falls back to the best remaining kernel.
 KERNEL_FAMILIES = ("native", "torch")
@@ -72,12 +76,16 @@ def native_kernel_ok(weight: Int4Weight | Int8Weight) -> bool:
 
 
 class QuantizedLinear(nn.Module):
-    def __init__(self, weight: Int4Weight | Int8Weight, bias: torch.Tensor | None = None,
+    def __init__(self, weight: Int4Weight | Int8Weight | KQuantWeight, bias: torch.Tensor | None = None,
                  device: torch.device | str | None = None, kernel: str | None = None,
                  dense_min_rows: int | None = None) -> None:
         """kernel: None picks the best one for the device; "dequant" forces the portable fallback.
-        dense_min_rows: see the module docstring (CPU kernels only; None: always the packed kernel)."""
+        dense_min_rows: see the module docstring (CPU kernels only; None: always the packed kernel).
+        A KQuantWeight runs on "cpu_kq" only (CPU, native library): callers dequantize it elsewhere."""
         super().__init__()
+        if isinstance(weight, KQuantWeight):
+            self._init_kquant(weight, bias, device, kernel)
+            return
         if not isinstance(weight, (Int4Weight, Int8Weight)):
             raise QuantizationError(f"QuantizedLinear takes an Int4Weight or Int8Weight, got {type(weight).__name__}")
         device = torch.device(device) if device is not None else (
@@ -128,6 +136,21 @@ class QuantizedLinear(nn.Module):
             self.register_buffer("scales", weight.scales.to(device, torch.float32))
         self.bias = nn.Parameter(bias.detach().to(device), requires_grad=False) if bias is not None else None
 
+    def _init_kquant(self, weight: KQuantWeight, bias: torch.Tensor | None, device: torch.device | str | None,
+                     kernel: str | None) -> None:
+        device = torch.device(device or "cpu")
+        if device.type != "cpu" or kernel not in (None, "native", "cpu_kq") or native_library() is None:
+            raise QuantizationError(f"GGUF {'/'.join(weight.types)} weights run on the native CPU kernel only "
+                                    f"(device {device}, kernel {kernel!r}): dequantize them for anything else")
+        self.out_features, self.in_features = weight.shape
+        self.mode, self.group_size, self.kernel, self.device = "kquant", None, "cpu_kq", device
+        self.dense_min_rows = None
+        self.native = native_library()
+        self.kq = weight
+        for i, (_, rows) in enumerate(weight.parts):  # counted in resident_bytes / weight_bytes
+            self.register_buffer(f"kq_part{i}", rows)
+        self.bias = nn.Parameter(bias.detach().to(device), requires_grad=False) if bias is not None else None
+
     @staticmethod
     def _pick_kernel(weight: Int4Weight | Int8Weight, device: torch.device, family: str | None = None) -> str:
         if device.type == "cuda" and isinstance(weight, Int4Weight) and _triton_w4a16_ok(weight):
@@ -151,6 +174,8 @@ class QuantizedLinear(nn.Module):
         with an identity input, so bf16-rounded)."""
         if self.kernel in ("dequant", "triton_w4a16"):  # the Triton kernel computes with exactly these values
             return self._dequant(dtype)
+        if self.kernel == "cpu_kq":
+            return self.kq.dequantize(dtype)
         if self.kernel in NATIVE_KERNELS:  # exact weights (the kernel's error is in its int8 activations)
             return native_weights.dequantize_native(self.qweight, self.in_features, self.mode == "int8", dtype)
         eye = torch.eye(self.in_features, dtype=torch.bfloat16, device=self.qweight.device)
@@ -177,6 +202,8 @@ class QuantizedLinear(nn.Module):
             if self.kernel == "cpu_int8pack":
                 y = y * self.scales.float()
             return y.to(x2.dtype)
+        if self.kernel == "cpu_kq":
+            return kquant.gemm(self.native, x2, self.kq)
         if self.kernel in NATIVE_KERNELS:
             return gemm(self.native, x2, self.qweight, self.in_features, self.mode == "int8",
                         float_activations=self.kernel == "cpu_w8a32")
@@ -194,8 +221,8 @@ class QuantizedLinear(nn.Module):
             return self._kernel_matmul(x)  # the decode hot path: bf16 rows straight into the kernel, no casts
         if x.shape[-1] != self.in_features:
             raise QuantizationError(f"input has {x.shape[-1]} features, the layer expects {self.in_features}")
-        if x.device != self.qweight.device:
-            raise QuantizationError(f"input on {x.device}, the quantized weight on {self.qweight.device}: build the "
+        if x.device != self.device:
+            raise QuantizationError(f"input on {x.device}, the quantized weight on {self.device}: build the "
                                     "quantized layers on the model's final device")
         if self.kernel == "dequant":
             if self.mode == "int8":  # the per-channel scale commutes with the matmul: no float weight is built
@@ -216,6 +243,8 @@ class QuantizedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         group = f", group_size={self.group_size}" if self.group_size else ""
+        if self.kernel == "cpu_kq":
+            group = f", types={'/'.join(self.kq.types)}"
         return (f"in_features={self.in_features}, out_features={self.out_features}, mode={self.mode}{group}, "
                 f"kernel={self.kernel}, bias={self.bias is not None}")
 

@@ -4,7 +4,8 @@ Tensors map onto tiers.models.llama's names, fused like the safetensors loader f
 gate/up -> gate_up_proj). llama.cpp stores the rows of q and k permuted for its rotary layout (llama and mistral
 files; qwen2 files are not permuted): we undo that by moving whole rows, so quantized blocks stay intact. Every
 tensor type the gguf package can dequantize loads as float; Q4_0 / Q4_1 projections can instead stay 4-bit
-(group 32, exact: see Int4Weight) for QuantizedLinear.
+(group 32, exact: see Int4Weight) and K-quant / Q5_0 / Q5_1 / Q8_0 projections, and a K-quant output tensor, as
+stored (KQuantWeight, for the native CPU kernel) for QuantizedLinear.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tiers.models.config import ModelConfig, RopeConfig, UnsupportedModelError
 from tiers.models.gguf.file import GGUFError, open_gguf, read_metadata
 from tiers.models.rotary import inverse_frequencies
 from tiers.quantization.int4 import Int4Weight, pack_nibbles
+from tiers.quantization.kquant import NATIVE_TYPES as _BLOCK_TYPES_KEPT, KQuantWeight
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 PERMUTED_ARCHITECTURES = ("llama", "mistral")  # convert_hf_to_gguf.py permutes q/k rows for these
@@ -35,6 +37,8 @@ _BLOCK_NAMES = {
 }
 _FUSED_SHARDS = {"self_attn.qkv_proj": 3, "mlp.gate_up_proj": 2}
 _INT4_TYPES = ("Q4_0", "Q4_1")
+# an output tensor of these stays as stored; a Q8_0 one runs INT8 with float activations (checkpoint.py)
+_K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
 _IGNORED_TENSORS = ("rope_freqs.weight",)  # llama3 rope scaling, read into the config
 
 
@@ -42,9 +46,9 @@ _IGNORED_TENSORS = ("rope_freqs.weight",)  # llama3 rope scaling, read into the 
 class GGUFCheckpoint:
     path: Path
     config: ModelConfig
-    # our parameter name (as in LlamaForCausalLM.named_parameters) -> float tensor, or Int4Weight for a projection
-    # kept 4-bit
-    weights: dict[str, torch.Tensor | Int4Weight]
+    # our parameter name (as in LlamaForCausalLM.named_parameters) -> float tensor, or Int4Weight / KQuantWeight
+    # for a projection kept as stored
+    weights: dict[str, torch.Tensor | Int4Weight | KQuantWeight]
     tokenizer: Any  # a transformers PreTrainedTokenizerFast, or None when not asked for
     chat_template: str | None
     metadata: dict[str, Any] = field(repr=False)
@@ -196,20 +200,26 @@ def _parse_name(name: str) -> tuple[str, int | None]:
 
 
 def load_weights(reader, config: ModelConfig, keep_int4: bool = True, dtype: torch.dtype = torch.float32,
-                 path: Path | str = "") -> dict[str, torch.Tensor | Int4Weight]:
-    """Our parameters from the file's tensors. Projections stored as Q4_0/Q4_1 stay Int4Weight when keep_int4
-    (a fused parameter only when all its shards do); everything else is dequantized to `dtype`."""
+                 path: Path | str = "") -> dict[str, torch.Tensor | Int4Weight | KQuantWeight]:
+    """Our parameters from the file's tensors. When keep_int4, projections stored as Q4_0/Q4_1 stay Int4Weight and
+    those stored as K-quants, Q5_0, Q5_1 or Q8_0 stay KQuantWeight, as does an output tensor stored as a K-quant
+    (a fused parameter stays quantized only when all its shards are of one kind); everything else is dequantized
+    to `dtype`."""
     arch = architecture_of({"general.architecture": _arch_name(config)}, path)
     shards: dict[str, dict[int, tuple[Any, str]]] = {}
-    weights: dict[str, torch.Tensor | Int4Weight] = {}
+    weights: dict[str, torch.Tensor | Int4Weight | KQuantWeight] = {}
     for t in reader.tensors:
         if t.name in _IGNORED_TENSORS:
             continue
         ours, shard = _parse_name(t.name)
-        value: torch.Tensor | Int4Weight
+        value: torch.Tensor | Int4Weight | KQuantWeight
         is_projection = ours.endswith("_proj.weight")
-        if keep_int4 and is_projection and t.tensor_type.name in _INT4_TYPES:
+        kind = t.tensor_type.name
+        if keep_int4 and is_projection and kind in _INT4_TYPES:
             value = q4_to_int4(t, path)
+        elif keep_int4 and len(t.shape) == 2 and (
+                (is_projection and kind in _BLOCK_TYPES_KEPT) or (ours == "lm_head.weight" and kind in _K_TYPES)):
+            value = KQuantWeight.from_blocks(kind, t.data, int(t.shape[1]), int(t.shape[0]))
         else:
             array = _dequantize(t, path)
             value = torch.from_numpy(np.array(array, dtype=np.float32, copy=True))
@@ -217,9 +227,9 @@ def load_weights(reader, config: ModelConfig, keep_int4: bool = True, dtype: tor
         if arch in PERMUTED_ARCHITECTURES and shard in (0, 1) and ".qkv_proj." in ours:
             heads = config.num_heads if shard == 0 else config.num_kv_heads
             index = unpermute_index(value.shape[0], heads)
-            value = value.select_rows(index) if isinstance(value, Int4Weight) else value[index]
+            value = value.select_rows(index) if isinstance(value, (Int4Weight, KQuantWeight)) else value[index]
         if shard is None:
-            weights[ours] = value if isinstance(value, Int4Weight) else value.to(dtype)
+            weights[ours] = value if isinstance(value, (Int4Weight, KQuantWeight)) else value.to(dtype)
         else:
             shards.setdefault(ours, {})[shard] = value
     weights.update(fuse_shards(shards, lambda ours: _FUSED_SHARDS[ours.split(".", 2)[2].rpartition(".")[0]], dtype,
