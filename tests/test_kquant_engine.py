@@ -51,6 +51,7 @@ def test_auto_keeps_every_block_type_as_stored(kquant_file):
     assert model.layers[0].self_attn.qkv_proj.kq.types == ("Q4_K", "Q6_K")  # a fused mix, each part as stored
     assert model.layers[0].mlp.gate_up_proj.kq.types == ("Q4_K", "Q5_0")
     assert model.layers[1].mlp.down_proj.kq.types == ("Q8_0",) and model.lm_head.kq.types == ("Q6_K",)
+    assert type(model.embed_tokens).__name__ == "KQuantEmbedding" and model.embed_tokens.kq.types == ("Q8_0",)
     # the same bytes as the file's tensors
     import gguf
 
@@ -71,6 +72,8 @@ def test_logits_close_to_the_dequantized_model(tmp_path, arch):
     for name, layer in native.named_modules():  # the weights themselves: equal
         if isinstance(layer, QuantizedLinear):
             assert torch.equal(layer.dequantized_weight(), reference.get_submodule(name).weight)
+    ids = torch.tensor([PROMPT, PROMPT[::-1]])
+    assert torch.equal(native.embed_tokens(ids), reference.embed_tokens(ids))  # kept as stored, rows exact
     a, b = prefill_logits(reference, PROMPT), prefill_logits(native, PROMPT)
     assert (a - b).abs().max() <= LOGIT_TOLERANCE * a.abs().max(), (a - b).abs().max() / a.abs().max()
 

@@ -17,7 +17,7 @@ from tiers.models.llama import LlamaForCausalLM
 from tiers.native import native_library
 from tiers.quantization.int4 import Int4Weight
 from tiers.quantization.kquant import KQuantWeight
-from tiers.quantization.linear import QuantizedLinear, set_submodule
+from tiers.quantization.linear import KQuantEmbedding, QuantizedLinear, set_submodule
 
 Weights = dict[str, "torch.Tensor | Int4Weight | KQuantWeight"]
 PACKED = (Int4Weight, KQuantWeight)  # weights that stay quantized: QuantizedLinear layers
@@ -64,8 +64,16 @@ def assemble_model(config: ModelConfig, weights: Weights, device: torch.device |
     kq_native = device.type == "cpu" and kernel in (None, "native") and native_library() is not None
     weights = {n: w.dequantize(dtype) if isinstance(w, KQuantWeight) and not kq_native else w
                for n, w in weights.items()}
+    embedding = weights.get("embed_tokens.weight")
+    if isinstance(embedding, KQuantWeight):  # kept as stored (an untied file's: the reader keeps no tied one)
+        if config.tie_word_embeddings or tuple(embedding.shape) != tuple(model.embed_tokens.weight.shape):
+            raise error(f"{path}: embedding {tuple(embedding.shape)} kept as stored does not fit "
+                        f"{config.architecture}")
+        model.embed_tokens = KQuantEmbedding(embedding, dtype)
+        int4_modules.add("embed_tokens")
+        expected.discard("embed_tokens.weight")
     for name, w in weights.items():
-        if not isinstance(w, PACKED):
+        if not isinstance(w, PACKED) or name == "embed_tokens.weight":
             continue
         module = name.rpartition(".")[0]
         if name not in expected or not isinstance(model.get_submodule(module), nn.Linear):

@@ -435,12 +435,23 @@ static void tile(int type, const act_t *a, int64_t m0, int R, int64_t K, const u
     }
 }
 
-/* out[M, N] (row stride ldo) = x[M, K] (row stride ldx) @ W[N, K]^T, W as N rows of `type` blocks.
- * Returns 0, -1 when memory ran out, -2 for a type or K this kernel does not take. */
-int aio_gemm_kq(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, int type,
-                float *out, int64_t ldo, int nthreads) {
-    if (!aio_kq_row_bytes(type, K)) return -2;
-    const int64_t nb = K / QK;
+#define KQ_MAX_PARTS 16
+
+/* out[M, sum ns] (row stride ldo) = x[M, K] (row stride ldx) @ W^T, W the parts stacked along the output: part p
+ * ns[p] rows of types[p] blocks at ws[p]. The activations are quantized once and all parts' output chunks share
+ * one parallel region (a fused projection whose shards differ in type is one call).
+ * Returns 0, -1 when memory ran out, -2 for a type or K this kernel does not take (or too many parts). */
+int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int nparts, const uint8_t *const *ws,
+                      const int64_t *ns, const int *types, float *out, int64_t ldo, int nthreads) {
+    if (nparts < 1 || nparts > KQ_MAX_PARTS || K % QK) return -2;
+    int64_t first_chunk[KQ_MAX_PARTS + 1], first_col[KQ_MAX_PARTS];
+    first_chunk[0] = 0;
+    for (int p = 0; p < nparts; p++) {
+        if (!aio_kq_row_bytes(types[p], K)) return -2;
+        first_col[p] = p ? first_col[p - 1] + ns[p - 1] : 0;
+        first_chunk[p + 1] = first_chunk[p] + (ns[p] + KQ_CHUNK - 1) / KQ_CHUNK;
+    }
+    const int64_t nb = K / QK, chunks = first_chunk[nparts], N = first_col[nparts - 1] + ns[nparts - 1];
     act_t a;
     a.q = (int8_t *)malloc((size_t)(M * K));
     a.d = (float *)malloc(sizeof(float) * (M * nb));
@@ -453,17 +464,24 @@ int aio_gemm_kq(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t
     }
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
     for (int64_t m = 0; m < M; m++) quantize_act(x + m * ldx, K, a.q + m * K, a.d + m * nb, a.dsum + m * nb);
-    const int64_t chunks = (N + KQ_CHUNK - 1) / KQ_CHUNK;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (N * M * K >= 262144)
     for (int64_t c = 0; c < chunks; c++) {
-        const int64_t n0 = c * KQ_CHUNK, NT = (c + 1) * KQ_CHUNK < N ? KQ_CHUNK : N - n0;
+        int p = 0;
+        while (c >= first_chunk[p + 1]) p++;
+        const int64_t n0 = (c - first_chunk[p]) * KQ_CHUNK, NT = n0 + KQ_CHUNK < ns[p] ? KQ_CHUNK : ns[p] - n0;
         for (int64_t m0 = 0; m0 < M; m0 += KQ_ROWS) {
             const int R = (int)(M - m0 < KQ_ROWS ? M - m0 : KQ_ROWS);
-            tile(type, &a, m0, R, K, w, n0, NT, out, ldo);
+            tile(types[p], &a, m0, R, K, ws[p], n0, NT, out + first_col[p], ldo);
         }
     }
     free(a.q);
     free(a.d);
     free(a.dsum);
     return 0;
+}
+
+/* one part: out[M, N] = x @ W^T, W as N rows of `type` blocks */
+int aio_gemm_kq(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, int type,
+                float *out, int64_t ldo, int nthreads) {
+    return aio_gemm_kq_parts(x, M, K, ldx, 1, &w, &N, &type, out, ldo, nthreads);
 }

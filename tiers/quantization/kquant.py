@@ -112,22 +112,32 @@ def dequantize_rows(native: NativeLibrary, rows: torch.Tensor, kind: str, k: int
     return out
 
 
+def _call_arrays(weight: KQuantWeight) -> tuple:
+    """The parts' pointers, row counts and type ids as C arrays, built once per weight (its tensors stay put)."""
+    arrays = getattr(weight, "_c_arrays", None)
+    if arrays is None:
+        n = len(weight.parts)
+        arrays = ((ctypes.c_void_p * n)(*(rows.data_ptr() for _, rows in weight.parts)),
+                  (ctypes.c_int64 * n)(*(rows.shape[0] for _, rows in weight.parts)),
+                  (ctypes.c_int * n)(*(BLOCK_TYPES[kind][0] for kind, _ in weight.parts)), n)
+        weight._c_arrays = arrays
+    return arrays
+
+
 def gemm(native: NativeLibrary, x: torch.Tensor, weight: KQuantWeight) -> torch.Tensor:
-    """float32 [M, K] @ W^T -> float32 [M, N]: one kernel call per part, each into its own output columns."""
+    """float32 [M, K] @ W^T -> float32 [M, N]: one kernel call for all parts (activations quantized once), each
+    part into its own output columns. Called once per layer and step: kept to the few Python operations it needs."""
     if x.dtype != torch.float32 or x.stride(-1) != 1:
         x = x.float().contiguous()
     m, k = x.shape
+    ptrs, ns, types, parts = _call_arrays(weight)
     n = weight.shape[0]
     out = torch.empty(m, n, dtype=torch.float32)
-    col = 0
-    for kind, rows in weight.parts:
-        status = native.lib.aio_gemm_kq(x.data_ptr(), m, k, x.stride(0), rows.data_ptr(), rows.shape[0],
-                                        BLOCK_TYPES[kind][0], ctypes.c_void_p(out.data_ptr() + 4 * col), n,
-                                        torch.get_num_threads())
-        if status:
-            raise NativeKernelError("out of memory in the native kernel" if status == -1 else
-                                    f"the native kernel does not take {kind} rows of {k} elements")
-        col += rows.shape[0]
+    status = native.lib.aio_gemm_kq_parts(x.data_ptr(), m, k, x.stride(0), parts, ptrs, ns, types, out.data_ptr(), n,
+                                          torch.get_num_threads())
+    if status:
+        raise NativeKernelError("out of memory in the native kernel" if status == -1 else
+                                f"the native kernel does not take {'/'.join(weight.types)} rows of {k} elements")
     return out
 
 

@@ -22,7 +22,7 @@ from tiers.models.config import ModelConfig, RopeConfig, UnsupportedModelError
 from tiers.models.gguf.file import GGUFError, open_gguf, read_metadata
 from tiers.models.rotary import inverse_frequencies
 from tiers.quantization.int4 import Int4Weight, pack_nibbles
-from tiers.quantization.kquant import NATIVE_TYPES as _BLOCK_TYPES_KEPT, KQuantWeight
+from tiers.quantization.kquant import BLOCK_TYPES, NATIVE_TYPES as _BLOCK_TYPES_KEPT, KQuantWeight
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 PERMUTED_ARCHITECTURES = ("llama", "mistral")  # convert_hf_to_gguf.py permutes q/k rows for these
@@ -202,12 +202,13 @@ def _parse_name(name: str) -> tuple[str, int | None]:
 def load_weights(reader, config: ModelConfig, keep_int4: bool = True, dtype: torch.dtype = torch.float32,
                  path: Path | str = "") -> dict[str, torch.Tensor | Int4Weight | KQuantWeight]:
     """Our parameters from the file's tensors. When keep_int4, projections stored as Q4_0/Q4_1 stay Int4Weight and
-    those stored as K-quants, Q5_0, Q5_1 or Q8_0 stay KQuantWeight, as does an output tensor stored as a K-quant
-    (a fused parameter stays quantized only when all its shards are of one kind); everything else is dequantized
-    to `dtype`."""
+    those stored as K-quants, Q5_0, Q5_1 or Q8_0 stay KQuantWeight, as do an output tensor stored as a K-quant and
+    an untied file's quantized token embedding (a fused parameter stays quantized only when all its shards are of
+    one kind); everything else is dequantized to `dtype`."""
     arch = architecture_of({"general.architecture": _arch_name(config)}, path)
     shards: dict[str, dict[int, tuple[Any, str]]] = {}
     weights: dict[str, torch.Tensor | Int4Weight | KQuantWeight] = {}
+    names = {t.name for t in reader.tensors}
     for t in reader.tensors:
         if t.name in _IGNORED_TENSORS:
             continue
@@ -218,7 +219,8 @@ def load_weights(reader, config: ModelConfig, keep_int4: bool = True, dtype: tor
         if keep_int4 and is_projection and kind in _INT4_TYPES:
             value = q4_to_int4(t, path)
         elif keep_int4 and len(t.shape) == 2 and (
-                (is_projection and kind in _BLOCK_TYPES_KEPT) or (ours == "lm_head.weight" and kind in _K_TYPES)):
+                (is_projection and kind in _BLOCK_TYPES_KEPT) or (ours == "lm_head.weight" and kind in _K_TYPES)
+                or (ours == "embed_tokens.weight" and kind in BLOCK_TYPES and "output.weight" in names)):
             value = KQuantWeight.from_blocks(kind, t.data, int(t.shape[1]), int(t.shape[0]))
         else:
             array = _dequantize(t, path)
