@@ -24,6 +24,7 @@ from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.models import Verification
 from aio.demo import RANDOM_NOTE, SMOLLM2_NOTE
+from aio.demo_family import FAMILY_NOTE
 from tests.servers import start_server, terminate
 from tests.test_dashboard_api import XSS_ANSWER, XSS_PROMPT, make_records, make_verifications, write
 
@@ -190,9 +191,9 @@ def check_the_page_tells_the_truth_at_a_glance(browser) -> None:
     assert browser.evaluate("!document.getElementById('demo-banner').hidden")
     banner = browser.evaluate("document.getElementById('demo-banner').textContent")
     assert banner.lower().count("demo tiers") == 1 and summary["demo_tiers"][1:] in banner, banner  # said once
-    for note in (SMOLLM2_NOTE, RANDOM_NOTE):  # both demos' banners: the note names the tiers, the page does not again
+    for note in (SMOLLM2_NOTE, FAMILY_NOTE, RANDOM_NOTE):  # every demo's banner: the note names the tiers, once
         text = browser.evaluate(f"demoBanner({json.dumps(note)})")
-        assert text.startswith("Demo tiers" if note is SMOLLM2_NOTE else "DEMO tiers"), text
+        assert text.startswith("DEMO tiers" if note is RANDOM_NOTE else "Demo tiers"), text
         assert text.lower().count("demo tiers") == 1 and text.count("(README, Configuration)") == 1, text
     rate, limits = summary["total"]["quality_pass_rate"], summary["quality_limits"]
     expected = "bad" if rate < limits["red_below"] else "warn" if rate < limits["amber_below"] else "good"
