@@ -147,7 +147,13 @@ def demo(prompt: str = typer.Option("Explain why the sky is blue.", metavar="TEX
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-    embedded = embedded_default(settings.home, settings.demo_model)
+    from aio.part_wheels import AssemblyError
+
+    try:
+        embedded = embedded_default(settings.home, settings.demo_model)
+    except AssemblyError as exc:  # AIO_DEMO_MODEL=family without its wheels
+        typer.echo(f"error: AIO_DEMO_MODEL={settings.demo_model}: {exc}", err=True)
+        raise typer.Exit(2)
     tier = embedded.tiers[TIER_ORDER[0]]
     start = time.perf_counter()
     engine = Engine(tier.path, tier.engine)

