@@ -32,8 +32,13 @@ def monitor(lookback: str = typer.Option("1h", metavar="DURATION", help="verify 
         typer.echo("note: monitor_mode is \"serve\": the servers verify answers themselves; this process verifies "
                    "only what they have not (set monitor_mode = \"external\" on the servers to leave it to "
                    "`aio monitor`)", err=True)
+    from aio.part_wheels import AssemblyError
+
     with database(config) as engine:
-        outcome = asyncio.run(_run(settings, engine, window, poll_interval, once))
+        try:
+            outcome = asyncio.run(_run(settings, engine, window, poll_interval, once))
+        except AssemblyError as exc:  # AIO_DEMO_MODEL=family without its wheels
+            raise fail(f"AIO_DEMO_MODEL={settings.demo_model}: {exc}") from None
     typer.echo(f"verified {outcome.verified} answers" + ("" if outcome.verified else f": {outcome.why_none(lookback)}"))
 
 
