@@ -3,8 +3,10 @@ anything): a truncated file or one with corrupted header, metadata or tensor-inf
 never another exception. Seeded byte flips and truncations of a small valid file.
 
 Not covered here, and not checked by the reader: non-finite values (a NaN scale loads and yields NaN logits), and
-metadata that is well-formed but absurd (the model is then built as the file says). The family's files are
-pinned by SHA-256 before they are read (aio.part_wheels)."""
+some well-formed but absurd metadata: tried by hand, a feed_forward_length of 1e9 is refused (the tensors' shapes
+disagree) and a context_length of 1e9 loads (max_model_len caps it), but a block_count of 1e9 is not checked
+against the tensors present and the engine was still building after 120 s. The family's files are pinned by
+SHA-256 before they are read (aio.part_wheels)."""
 from __future__ import annotations
 
 import random
