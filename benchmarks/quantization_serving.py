@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.quantization import SERVING_SYSTEM, LlamaCppWorker, median
+from benchmarks.quantization import LlamaCppWorker, median
 
 
 def serving_requests(vocab_size: int, n: int, seed: int) -> list[tuple[list[int], int]]:
@@ -52,7 +52,8 @@ def serve_comparison(engines: dict[str, Any], path: Path, python: str | None, th
     """The serving system with its dense path for many-row inputs (the default) and with the packed kernels only
     (the same weights, switched), and llama.cpp, taking turns within each repeat."""
     torch.set_num_threads(threads)
-    engine = engines[SERVING_SYSTEM]
+    system = args.serving_system
+    engine = engines[system]
     dense_rows = engine.config.quantized_dense_min_rows
     requests = serving_requests(engine.model_config.vocab_size, args.requests, args.seed)
     worker = LlamaCppWorker(python, path, threads) if python else None
@@ -61,12 +62,12 @@ def serve_comparison(engines: dict[str, Any], path: Path, python: str | None, th
     for rep in range(args.repeats):
         set_dense_rows(engine, dense_rows)
         ours.append(engine_serve(engine, requests))
-        print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine {ours[-1]['tokens_per_s']:.1f} tok/s",
+        print(f"serving repeat {rep + 1}: {system} engine {ours[-1]['tokens_per_s']:.1f} tok/s",
               file=sys.stderr)
         if has_torch_kernels(engine):
             set_dense_rows(engine, None)
             packed.append(engine_serve(engine, requests))
-            print(f"serving repeat {rep + 1}: {SERVING_SYSTEM} engine, packed kernels only "
+            print(f"serving repeat {rep + 1}: {system} engine, packed kernels only "
                   f"{packed[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
         else:
             packed.append(ours[-1])  # native kernels: no dense path to switch
@@ -76,7 +77,7 @@ def serve_comparison(engines: dict[str, Any], path: Path, python: str | None, th
     set_dense_rows(engine, dense_rows)
     if worker:
         worker.close()
-    out = {"system": SERVING_SYSTEM, "threads": threads, "requests": len(requests), "dense_min_rows": dense_rows,
+    out = {"system": system, "threads": threads, "requests": len(requests), "dense_min_rows": dense_rows,
            "output_tokens": ours[0]["output_tokens"], "engine_tokens_per_s": median([r["tokens_per_s"] for r in ours]),
            "packed_only_tokens_per_s": median([r["tokens_per_s"] for r in packed]),
            "dense_vs_packed_only": median([a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours, packed)])}

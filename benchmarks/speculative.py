@@ -1,31 +1,39 @@
 """Speculative decoding benchmark: the target alone vs the target with a draft, same prompts, one run.
 
-    python -m benchmarks.speculative [--quick] [--seed 0] [--threads N]   (= python -m benchmarks.engine --speculative)
+    python -m benchmarks.speculative [--pair random|family] [--quick] [--seed 0] [--threads N]
+    (python -m benchmarks.engine --speculative runs the random pair)
 
-The pair (built offline into .bench/spec-pair on first use, rebuilt if its recipe changes): a random Llama target
-of 12 layers (hidden 768, GQA 12/4 heads, vocab 4096, 82M parameters, float32) whose last 11 layers write small
-residuals (o_proj and down_proj scaled by 0.01), and as its draft the target's first layer with the same
-embeddings, final norm and LM head (`tiers.checkpoints.create_draft_target_pair`). The target still computes
-every layer; how often the draft's argmax agrees with the target's is measured here, not assumed.
+Two pairs:
+- random (default; built offline into .bench/spec-pair on first use, rebuilt if its recipe changes): a random Llama
+  target of 12 layers (hidden 768, GQA 12/4 heads, vocab 4096, 82M parameters, float32) whose last 11 layers write
+  small residuals (o_proj and down_proj scaled by 0.01), and as its draft the target's first layer with the same
+  embeddings, final norm and LM head (`tiers.checkpoints.create_draft_target_pair`). The target still computes
+  every layer; how often the draft's argmax agrees with the target's is measured here, not assumed. Prompts of
+  random tokens, ignore_eos.
+- family: the family demo's real pair (`make family`): Qwen2.5-Coder-0.5B-Instruct drafts for
+  Qwen2.5-Coder-1.5B-Instruct, both Q4_K_M as stored on the native CPU kernel (quantization "auto", as the demo
+  runs them). The engine checks that the tokenizers' vocabularies are the same (every token and id), not only
+  their sizes. Prompts: real chat questions (code and prose) through the chat template, answers up to
+  FAMILY_NEW_TOKENS tokens or the end of the answer. Prompt lookup (ngram) drafting runs on the same prompts.
 
-Measured, greedy with ignore_eos, at batch 1 and batch 8 (the same 128-token random prompts): the target alone,
+Measured, greedy, at batch 1 (the timed prompts one after another) and batch 8 (all at once): the target alone,
 the target with the draft at adaptive k (the engine's default: k in 0..4 chosen every step from measured
-acceptance and costs), and at a fixed k = 4 for reference. The draft is another Engine whose weights the target's
-engine shares (as an AIO tier drafting for another). Each system is warmed up on other prompts of the same batch
-size (the adaptive controller learns its costs there), then timed best of two, interleaved. Greedy tokens of every
-speculative run are checked against the target alone's.
+acceptance and costs), at a fixed k = 4 for reference, and (family) ngram drafting at adaptive and fixed k. Each
+system is warmed up on other prompts of the same batch size (the adaptive controller learns its costs there), then
+timed best of two (family: once), interleaved. Greedy tokens of every speculative run are checked against the target alone's.
 
 Reported: acceptance rate (accepted / draft tokens), Leviathan's alpha (accepted / (accepted + rejections)), mean
 tokens per verification, per-position acceptance, the cost ratio c (a batch-1 decode step of the draft engine
-alone / of the target alone), Leviathan's predicted speedup (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) for the
-measured alpha, c and the mean k, and the measured speedups (target-alone time / speculative time).
+alone / of the target alone; 0 for ngram), Leviathan's predicted speedup (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))
+for the measured alpha, c and the mean k, and the measured speedups (target-alone time / speculative time).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +46,31 @@ PAIR_RECIPE: dict[str, Any] = dict(draft_layers=1, extra_layers=11, residual_sca
 MAX_K = 4
 BATCH_SIZES = (1, 8)
 ENGINE_ARGS = dict(max_model_len=1024, kv_cache_bytes=256 << 20, max_num_seqs=16)
+FAMILY_ENGINE_ARGS = dict(quantization="auto", quantize_lm_head=True, max_model_len=2048, kv_cache_bytes=384 << 20,
+                          max_num_seqs=16)
+FAMILY_NEW_TOKENS = 96
+FAMILY_BATCH1_PROMPTS = 2  # batch 1: the first two timed prompts, one after another
+FAMILY_REPEATS = 1  # the 1.5B decodes at ~8 tok/s on 2 cores: one timed run per system keeps this to ~10 minutes
+# Real questions of the kind a coding assistant gets. The first eight warm the systems up; the last eight are timed.
+FAMILY_PROMPTS = [
+    "Write a Python function that checks whether a string is a palindrome, ignoring case and punctuation.",
+    "What is the difference between a list and a tuple in Python?",
+    "Explain what a race condition is, with a short example.",
+    "Write a SQL query that returns the ten customers with the highest total order value.",
+    "How do I read a CSV file into a list of dictionaries in Python?",
+    "Summarize what the HTTP status codes 200, 301, 404 and 500 mean.",
+    "Write a JavaScript function that debounces another function.",
+    "Why is binary search O(log n)?",
+    "Write a Python function that returns the n-th Fibonacci number, iteratively, with a docstring.",
+    "Explain the difference between a process and a thread.",
+    "Write a Python class for a stack with push, pop, peek and is_empty methods.",
+    "What does the `git rebase` command do, and when should I use it instead of merge?",
+    "Write a function in Python that merges two sorted lists into one sorted list.",
+    "Explain what a REST API is to a new developer, in a few sentences.",
+    "Write a bash script that counts the lines of every .py file in a folder and prints the total.",
+    "Refactor this code to use a list comprehension:\n\nresult = []\nfor x in numbers:\n    if x % 2 == 0:\n"
+    "        result.append(x * x)\n",
+]
 
 
 @dataclass
@@ -48,6 +81,17 @@ class Run:
     tokens: list[list[int]]
     spec: Any = None  # SpecDecodeStats of the timed run
     verify_cost: float | None = None  # the engine's measured cost of its mean verification step / a plain step
+
+
+@dataclass
+class Workload:
+    """What each system generates: per batch size, the warm-up calls and the timed calls (each a list of prompts
+    handed to one generate call)."""
+    description: str
+    params: Any  # SamplingParams
+    warmup: dict[int, list[list[list[int]]]]
+    timed: dict[int, list[list[list[int]]]]
+    c_prompt: list[int] = field(default_factory=list)
 
 
 def ensure_pair(root: Path = PAIR_DIR) -> tuple[Path, Path]:
@@ -66,27 +110,45 @@ def ensure_pair(root: Path = PAIR_DIR) -> tuple[Path, Path]:
     return target, draft
 
 
+def family_pair() -> tuple[Path, Path]:
+    """(Qwen2.5-Coder-1.5B, Qwen2.5-Coder-0.5B) Q4_K_M files, assembled under $AIO_HOME/models if needed."""
+    from aio.demo_family import assemble_family
+    from aio.settings import load_settings
+
+    files = assemble_family(load_settings().home)
+    return files.large, files.medium
+
+
 def leviathan_speedup(alpha: float, k: float, c: float) -> float:
     """Expected walltime improvement of Leviathan et al. (2023), eq. (1) over (k c + 1)."""
     tokens = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
     return tokens / (k * c + 1)
 
 
-def _generate(engine, prompts: list[list[int]], n: int) -> tuple[float, list[list[int]]]:
-    from tiers import SamplingParams
-
-    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+def _generate(engine, prompts: list[list[int]], params) -> tuple[float, list[list[int]]]:
     start = time.perf_counter()
     outs = engine.generate(prompts, params)
     return time.perf_counter() - start, [list(o.token_ids) for o in outs]
 
 
+def _generate_calls(engine, calls: list[list[list[int]]], params) -> tuple[float, list[list[int]]]:
+    seconds, tokens = 0.0, []
+    for prompts in calls:
+        s, t = _generate(engine, prompts, params)
+        seconds += s
+        tokens += t
+    return seconds, tokens
+
+
 def decode_step_seconds(engine, prompt: list[int], n: int) -> float:
     """Seconds of one batch-1 decode step: (time(n) - time(1)) / (n - 1), best of three, so the prefill cancels."""
+    from tiers import SamplingParams
+
     best = {1: float("inf"), n: float("inf")}
     for _ in range(3):
         for m in (1, n):
-            best[m] = min(best[m], _generate(engine, [prompt], m)[0])
+            params = SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True)
+            best[m] = min(best[m], _generate(engine, [prompt], params)[0])
     return (best[n] - best[1]) / (n - 1)
 
 
@@ -101,82 +163,131 @@ def verify_cost(engine, spec, batch: int) -> float | None:
     return verify / plain if plain and verify else None
 
 
-def run(quick: bool = False, seed: int = 0, pair_dir: Path = PAIR_DIR) -> dict:
-    from tiers import Engine
+def random_workload(seed: int, quick: bool) -> Workload:
+    from tiers import SamplingParams
 
-    target_path, draft_path = ensure_pair(pair_dir)
-    prompt_len, new_tokens, repeats = (64, 32, 1) if quick else (128, 128, 2)
+    prompt_len, new_tokens = (64, 32) if quick else (128, 128)
     rng = random.Random(seed)
     vocab = PAIR_RECIPE["vocab_size"]
 
     def prompts(n: int) -> list[list[int]]:
         return [[rng.randrange(10, vocab) for _ in range(prompt_len)] for _ in range(n)]
 
-    target = Engine.from_pretrained(target_path, **ENGINE_ARGS)
-    draft = Engine.from_pretrained(draft_path, **ENGINE_ARGS)
+    c_prompt = prompts(1)[0]
+    warmup = {b: [prompts(b)] for b in BATCH_SIZES}
+    timed = {b: [prompts(b)] for b in BATCH_SIZES}
+    return Workload(f"prompts of {prompt_len} random tokens (seed {seed}), {new_tokens} new tokens each, greedy, "
+                    "ignore_eos", SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True),
+                    warmup, timed, c_prompt)
+
+
+def family_workload(engine, quick: bool) -> Workload:
+    from tiers import SamplingParams
+
+    new_tokens = 48 if quick else FAMILY_NEW_TOKENS
+    ids = [engine.apply_chat_template([{"role": "user", "content": p}]) for p in FAMILY_PROMPTS]
+    warm, timed_ids = ids[:8], ids[8:]
+    n1 = 2 if quick else FAMILY_BATCH1_PROMPTS
+    warmup = {1: [[warm[0]]], 8: [warm]}
+    timed = {1: [[p] for p in timed_ids[:n1]], 8: [timed_ids]}
+    return Workload(f"{len(FAMILY_PROMPTS)} chat questions (code and prose) through the chat template, prompts of "
+                    f"{min(map(len, ids))}-{max(map(len, ids))} tokens; up to {new_tokens} new tokens or the end of "
+                    f"the answer, greedy; batch 1: {n1} prompts one after another",
+                    SamplingParams(max_tokens=new_tokens, temperature=0.0), warmup, timed, timed_ids[0])
+
+
+def build_systems(pair: str, quick: bool, seed: int) -> tuple[dict, Any, Workload]:
+    """name -> engine, the draft engine, the workload."""
+    from tiers import Engine
+
+    if pair == "random":
+        target_path, draft_path = ensure_pair()
+        args: dict[str, Any] = ENGINE_ARGS
+    else:
+        target_path, draft_path = family_pair()
+        args = FAMILY_ENGINE_ARGS
+    target = Engine.from_pretrained(target_path, **args)
+    draft = Engine.from_pretrained(draft_path, **args)
     systems = {
         "target alone": target,
-        f"speculative, adaptive k <= {MAX_K}": Engine.from_pretrained(
-            target_path, draft=draft, num_speculative_tokens=MAX_K, **ENGINE_ARGS),
-        f"speculative, fixed k = {MAX_K}": Engine.from_pretrained(
-            target_path, draft=draft, num_speculative_tokens=MAX_K, speculative_adaptive=False, **ENGINE_ARGS),
+        f"draft, adaptive k <= {MAX_K}": Engine.from_pretrained(
+            target_path, draft=draft, num_speculative_tokens=MAX_K, **args),
+        f"draft, fixed k = {MAX_K}": Engine.from_pretrained(
+            target_path, draft=draft, num_speculative_tokens=MAX_K, speculative_adaptive=False, **args),
     }
-    n_params = sum(p.numel() for p in target.runner.model.parameters())
-    n_draft = sum(p.numel() for p in draft.runner.model.parameters())
-    print(f"target {target_path}: {n_params / 1e6:.1f}M parameters, {target.model_config.num_layers} layers; draft "
-          f"{draft_path}: {n_draft / 1e6:.1f}M parameters, {draft.model_config.num_layers} layer(s) (its weights are "
-          f"shared with the speculative engines); float32, CPU, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}")
-    print(f"workload: prompts of {prompt_len} random tokens (seed {seed}), {new_tokens} new tokens each, greedy, "
-          f"ignore_eos; batch sizes {', '.join(map(str, BATCH_SIZES))}")
+    if pair == "family":
+        systems[f"ngram, adaptive k <= {MAX_K}"] = Engine.from_pretrained(
+            target_path, speculative="ngram", num_speculative_tokens=MAX_K, **args)
+        systems[f"ngram, fixed k = {MAX_K}"] = Engine.from_pretrained(
+            target_path, speculative="ngram", num_speculative_tokens=MAX_K, speculative_adaptive=False, **args)
+    workload = random_workload(seed, quick) if pair == "random" else family_workload(target, quick)
+    describe = _describe_pair(pair, target, draft, target_path, draft_path)
+    print(describe)
+    return systems, draft, workload
 
-    c_prompt = prompts(1)[0]
-    step_target = decode_step_seconds(target, c_prompt, new_tokens // 2)
-    step_draft = decode_step_seconds(draft, c_prompt, new_tokens // 2)
-    c = step_draft / step_target
-    print(f"batch-1 decode step: target {step_target * 1e3:.2f} ms, draft {step_draft * 1e3:.2f} ms: "
-          f"c = {c:.3f}")
 
+def _describe_pair(pair: str, target, draft, target_path: Path, draft_path: Path) -> str:
+    def size(engine) -> str:
+        model = engine.runner.model
+        tensors = {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}.values()
+        mb = sum(t.numel() * t.element_size() for t in tensors) / 1e6
+        return f"{engine.model_config.num_layers} layers, {mb:.1f} MB of weights"
+
+    kind = "float32" if pair == "random" else "Q4_K_M as stored (quantization auto, native CPU kernel)"
+    return (f"target {target_path.name}: {size(target)}; draft {draft_path.name}: {size(draft)} (its weights are "
+            f"shared with the speculative engines); {kind}, CPU, {torch.get_num_threads()} threads, "
+            f"torch {torch.__version__}")
+
+
+def measure(systems: dict, workload: Workload, repeats: int) -> list[Run]:
     runs: list[Run] = []
     for batch in BATCH_SIZES:
-        timed = prompts(batch)
-        for engine in systems.values():  # warm-up on other prompts of this batch size
-            _generate(engine, prompts(batch), new_tokens // 2)
+        for engine in systems.values():
+            _generate_calls(engine, workload.warmup[batch], workload.params)
         best: dict[str, Run] = {}
         for _ in range(repeats):
             for name, engine in systems.items():
                 if engine.speculator is not None:
                     engine.speculator.reset_metrics()
-                seconds, tokens = _generate(engine, timed, new_tokens)
+                seconds, tokens = _generate_calls(engine, workload.timed[batch], workload.params)
                 spec = engine.stats().speculative
                 if name not in best or seconds < best[name].seconds:
                     best[name] = Run(name, batch, seconds, tokens, spec, verify_cost(engine, spec, batch))
         runs.extend(best.values())
-        reference = best["target alone"].tokens
-        for r in best.values():
-            if r.tokens != reference:
-                raise RuntimeError(f"{r.system} at batch {batch}: greedy tokens differ from the target alone's")
-        print(f"batch {batch}: greedy tokens of the speculative runs equal the target alone's "
-              f"({batch * new_tokens} tokens each)")
+        _check_tokens(best, batch)
+    return runs
 
-    summary: dict[str, Any] = {"quick": quick, "threads": torch.get_num_threads(), "c": round(c, 4),
-                               "target_ms_per_step": round(step_target * 1e3, 2),
-                               "draft_ms_per_step": round(step_draft * 1e3, 2), "runs": []}
-    print(f"\n{'system':<32} {'batch':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'alpha':>6} {'mean k':>6} "
+
+def _check_tokens(best: dict[str, Run], batch: int) -> None:
+    reference = best["target alone"].tokens
+    for r in best.values():
+        if r.tokens != reference:
+            where = next((i, next(j for j, (a, b) in enumerate(zip(x + [-1], y + [-1])) if a != b))
+                         for i, (x, y) in enumerate(zip(r.tokens, reference)) if x != y)
+            raise RuntimeError(f"{r.system} at batch {batch}: greedy tokens differ from the target alone's "
+                               f"(request {where[0]}, output token {where[1]})")
+    n = sum(map(len, reference))
+    print(f"batch {batch}: greedy tokens of the speculative runs equal the target alone's ({n} tokens each)")
+
+
+def report(runs: list[Run], c: float) -> list[dict]:
+    rows = []
+    print(f"\n{'system':<28} {'batch':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'alpha':>6} {'mean k':>6} "
           f"{'tok/verif':>9} {'predicted':>9} {'verify':>6} {'pred. v':>7}  per-position acceptance")
     for r in runs:
         base = next(b for b in runs if b.batch == r.batch and b.system == "target alone")
-        tok_s = r.batch * new_tokens / r.seconds
+        tok_s = sum(map(len, r.tokens)) / r.seconds
         speedup = base.seconds / r.seconds
         row: dict[str, Any] = {"system": r.system, "batch": r.batch, "seconds": round(r.seconds, 3),
                                "tok_s": round(tok_s, 1), "speedup": round(speedup, 3)}
-        line = f"{r.system:<32} {r.batch:>5} {tok_s:>8.1f} {speedup:>7.2f}x"
+        line = f"{r.system:<28} {r.batch:>5} {tok_s:>8.1f} {speedup:>7.2f}x"
         s = r.spec
         if s is not None:
+            c_system = 0.0 if s.method == "ngram" else c
             mean_k = s.num_draft_tokens / s.num_verifications if s.num_verifications else 0.0
-            predicted = leviathan_speedup(s.alpha, mean_k, c) if s.num_verifications else 1.0
+            predicted = leviathan_speedup(s.alpha, mean_k, c_system) if s.num_verifications else 1.0
             v = r.verify_cost or 1.0
-            predicted_v = predicted * (mean_k * c + 1) / (mean_k * c + v)
+            predicted_v = predicted * (mean_k * c_system + 1) / (mean_k * c_system + v)
             row.update(acceptance_rate=round(s.acceptance_rate, 3), alpha=round(s.alpha, 3),
                        mean_k=round(mean_k, 2),
                        tokens_per_verification=round(s.mean_tokens_per_verification, 2),
@@ -190,23 +301,51 @@ def run(quick: bool = False, seed: int = 0, pair_dir: Path = PAIR_DIR) -> dict:
                      f"{s.mean_tokens_per_verification:>9.2f} {predicted:>8.2f}x {v:>6.2f} {predicted_v:>6.2f}x  {positions}"
                      f"  ({s.num_plain_decodes} plain decodes, {s.num_verifications} verifications)")
         print(line)
-        summary["runs"].append(row)
+        rows.append(row)
     print("\nspeedup: target-alone time / this system's time, same prompts and tokens; predicted: Leviathan's "
-          "(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) at the measured alpha, c and mean k; verify: the measured "
-          "cost of a verification step / a plain step (Leviathan: 1); pred. v: the prediction with it, "
-          "(1 - alpha^(k+1)) / ((1 - alpha)(k c + verify))")
+          "(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) at the measured alpha, c (0 for ngram) and mean k; verify: "
+          "the measured cost of a verification step / a plain step (Leviathan: 1); pred. v: the prediction with "
+          "it, (1 - alpha^(k+1)) / ((1 - alpha)(k c + verify))")
+    return rows
+
+
+def run(quick: bool = False, seed: int = 0, pair: str = "random") -> dict:
+    systems, draft, workload = build_systems(pair, quick, seed)
+    print(f"workload: {workload.description}; batch sizes {', '.join(map(str, BATCH_SIZES))}")
+    target = systems["target alone"]
+    steps = 16 if quick else 32
+    step_target = decode_step_seconds(target, workload.c_prompt, steps)
+    step_draft = decode_step_seconds(draft, workload.c_prompt, steps)
+    c = step_draft / step_target
+    print(f"batch-1 decode step: target {step_target * 1e3:.2f} ms, draft {step_draft * 1e3:.2f} ms: c = {c:.3f}")
+
+    runs = measure(systems, workload, repeats=1 if quick or pair == "family" else 2)
+    summary: dict[str, Any] = {"pair": pair, "quick": quick, "threads": torch.get_num_threads(), "c": round(c, 4),
+                               "target_ms_per_step": round(step_target * 1e3, 2),
+                               "draft_ms_per_step": round(step_draft * 1e3, 2), "runs": report(runs, c)}
     print("\nJSON " + json.dumps(summary))
     for engine in [*systems.values(), draft]:
         engine.close()
     return summary
 
 
-__all__ = ["PAIR_RECIPE", "ensure_pair", "leviathan_speedup", "run"]
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", choices=("random", "family"), default="random")
+    parser.add_argument("--quick", action="store_true", help="smoke run: shorter outputs, one repeat")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from benchmarks.engine import warn_if_busy
+
+    warn_if_busy()
+    return run(quick=args.quick, seed=args.seed, pair=args.pair)
+
+
+__all__ = ["FAMILY_PROMPTS", "PAIR_RECIPE", "ensure_pair", "leviathan_speedup", "main", "run"]
 
 
 if __name__ == "__main__":
-    import sys
-
-    from benchmarks.engine import main
-
-    main(["--speculative", *sys.argv[1:]])
+    main()
