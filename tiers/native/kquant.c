@@ -36,6 +36,9 @@
 #define QK_K 256
 #define KQ_ROWS 4
 #define KQ_CHUNK 16
+#ifndef KQ_PREFETCH
+#define KQ_PREFETCH 2048 /* bytes ahead of the group being read */
+#endif
 
 /* GGML type ids */
 enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };
@@ -259,6 +262,50 @@ static inline float facc_sum(facc v) {
     return _mm_cvtss_f32(h);
 }
 
+/* lanes_fma with the scale vector already built */
+static inline facc lanes_fma_v(__m256i codes, int sgn, const int8_t *a, __m256 sv, facc acc) {
+    __m256i av = _mm256_loadu_si256((const __m256i *)a);
+    __m256i isum = sgn ? dot_u(_mm256_sign_epi8(codes, codes), _mm256_sign_epi8(av, codes)) : dot_u(codes, av);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sv, acc);
+}
+
+/* group_scales for Q4_K / Q5_K, the 8 scales and mins unpacked at once (ggml's utmp trick): the same floats */
+static inline void k4_scales(const uint8_t *g, float *lo, float *hi, float *mn) {
+    uint32_t u[4];
+    memcpy(u, g + 4, 12);
+    const uint32_t m1 = 0x3f3f3f3fu, m2 = 0x0f0f0f0fu, m3 = 0x03030303u;
+    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+    const uint32_t mins_lo = u[1] & m1;
+    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+    u[2] = mins_lo;
+    u[0] &= m1;
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)u)));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(u + 2))));
+    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(fp16(g)), sc);
+    _mm256_storeu_ps(lo, d);
+    _mm256_storeu_ps(hi, d);
+    _mm256_storeu_ps(mn, _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(fp16(g + 2)), m), _mm256_set1_ps(-0.0f)));
+}
+
+/* group_scales for Q6_K: its 16 int8 scales at once */
+static inline void k6_scales(const uint8_t *g, float *lo, float *hi, float *mn) {
+    const __m128i sc = _mm_loadu_si128((const __m128i *)(g + 192));
+    const __m256 d = _mm256_set1_ps(fp16(g + 208));
+    /* even bytes (lanes 0-3 of each sub-block) and odd bytes (lanes 4-7) */
+    const __m128i even = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1));
+    const __m128i odd = _mm_shuffle_epi8(sc, _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1));
+    _mm256_storeu_ps(lo, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(even))));
+    _mm256_storeu_ps(hi, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(odd))));
+    _mm256_storeu_ps(mn, _mm256_setzero_ps());
+}
+
+/* s_lo[j] = lo[j] * da[j], s_hi[j] = hi[j] * da[j] for the 8 sub-blocks of a group */
+static inline void row_scales(const float *lo, const float *hi, const float *da, float *s_lo, float *s_hi) {
+    const __m256 d = _mm256_loadu_ps(da);
+    _mm256_storeu_ps(s_lo, _mm256_mul_ps(_mm256_loadu_ps(lo), d));
+    _mm256_storeu_ps(s_hi, _mm256_mul_ps(_mm256_loadu_ps(hi), d));
+}
+
 /* the 32 bits of a uint32 as 32 bytes 0x10 (bit set) or 0 */
 static inline __m256i bits_to_16(uint32_t bits) {
     const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL, 0x0202020202020202LL,
@@ -376,6 +423,30 @@ static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const
             for (int64_t gi = 0; gi < nb / 8; gi++) {
                 const uint8_t *g = row + gi * gb;
                 float lo[8], hi[8], mn[8];
+#if defined(KQ_SIMD)
+                /* the weights stream from memory once per step: ask for the bytes ahead early */
+                _mm_prefetch((const char *)(g + KQ_PREFETCH), _MM_HINT_T0);
+                _mm_prefetch((const char *)(g + KQ_PREFETCH + 64), _MM_HINT_T0);
+                _mm_prefetch((const char *)(g + KQ_PREFETCH + 128), _MM_HINT_T0);
+                /* the same floats as the plain C path, computed 8 at a time */
+                if (TYPE == T_Q6_K)
+                    k6_scales(g, lo, hi, mn);
+                else
+                    k4_scales(g, lo, hi, mn);
+                float s_lo[KQ_ROWS][8], s_hi[KQ_ROWS][8];
+                for (int r = 0; r < R; r++) row_scales(lo, hi, a->d + (m0 + r) * nb + gi * 8, s_lo[r], s_hi[r]);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const CODES_T c = CODES(TYPE, g, j);
+                    const int64_t b = gi * 8 + j;
+                    for (int r = 0; r < R; r++) {
+                        const __m256 sv = TYPE == T_Q6_K ? _mm256_set_m128(_mm_broadcast_ss(&s_hi[r][j]),
+                                                                           _mm_broadcast_ss(&s_lo[r][j]))
+                                                         : _mm256_broadcast_ss(&s_lo[r][j]);
+                        acc[j & 1][r] = lanes_fma_v(c, sgn, a->q + (m0 + r) * K + b * QK, sv, acc[j & 1][r]);
+                    }
+                }
+#else
                 group_scales(TYPE, g, lo, hi, mn);
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
@@ -387,11 +458,15 @@ static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const
                                                   acc[j & 1][r]);
                     }
                 }
+#endif
                 if (!sgn)
                     for (int r = 0; r < R; r++) mv[r] = mins_fma(mn, a->dsum + (m0 + r) * nb + gi * 8, mv[r]);
             }
         } else {
             for (int64_t b = 0; b < nb; b += 2) {
+#if defined(KQ_SIMD)
+                _mm_prefetch((const char *)(row + b * gb + KQ_PREFETCH), _MM_HINT_T0);
+#endif
 #pragma GCC unroll 2
                 for (int j = 0; j < 2; j++) {
                     if (b + j >= nb) break;
