@@ -404,11 +404,63 @@ static inline codes_t codes_s(int type, const uint8_t *g, int j) {
 #define CODES_T codes_t
 #endif
 
+#if defined(KQ_SIMD)
+/* One activation row (a decode step) against two K-quant weight rows at once: two independent sets of
+ * accumulators keep the FMA units busy where one row's chain would wait. Each row's arithmetic is rows_dot's,
+ * in the same order, so the bits are the same. */
+static inline __attribute__((always_inline)) void kq_two_rows(const int TYPE, const act_t *a, int64_t m0, int64_t K,
+                                                              const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
+    const int sgn = is_signed(TYPE);
+    const int8_t *aq = a->q + m0 * K;
+    const float *ad = a->d + m0 * nb, *ads = a->dsum + m0 * nb;
+    facc acc[2][2], mv[2];
+    for (int i = 0; i < 2; i++) acc[i][0] = acc[i][1] = mv[i] = facc_zero();
+    for (int64_t gi = 0; gi < nb / 8; gi++) {
+        const uint8_t *g[2] = {w + n * rb + gi * gb, w + (n + 1) * rb + gi * gb};
+        float s_lo[2][8], s_hi[2][8], mn[2][8];
+        for (int i = 0; i < 2; i++) {
+            _mm_prefetch((const char *)(g[i] + KQ_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(g[i] + KQ_PREFETCH + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(g[i] + KQ_PREFETCH + 128), _MM_HINT_T0);
+            float lo[8], hi[8];
+            if (TYPE == T_Q6_K)
+                k6_scales(g[i], lo, hi, mn[i]);
+            else
+                k4_scales(g[i], lo, hi, mn[i]);
+            row_scales(lo, hi, ad + gi * 8, s_lo[i], s_hi[i]);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const int8_t *aj = aq + (gi * 8 + j) * QK;
+            for (int i = 0; i < 2; i++) {
+                const __m256 sv = TYPE == T_Q6_K ? _mm256_set_m128(_mm_broadcast_ss(&s_hi[i][j]),
+                                                                   _mm_broadcast_ss(&s_lo[i][j]))
+                                                 : _mm256_broadcast_ss(&s_lo[i][j]);
+                acc[i][j & 1] = lanes_fma_v(CODES(TYPE, g[i], j), sgn, aj, sv, acc[i][j & 1]);
+            }
+        }
+        if (!sgn)
+            for (int i = 0; i < 2; i++) mv[i] = mins_fma(mn[i], ads + gi * 8, mv[i]);
+    }
+    for (int i = 0; i < 2; i++) /* + 0.0f: rows_dot's ms, which a K-quant leaves at 0 */
+        out[m0 * ldo + n + i] = (facc_sum(facc_add(acc[i][0], acc[i][1])) + facc_sum(mv[i])) + 0.0f;
+}
+#endif
+
 /* out[m, n0 + t] for R activation rows from m0 and weight rows n0 .. n0 + NT - 1; TYPE and R constant per call.
  * Two accumulators per row (even and odd blocks of 32) so that consecutive FMAs do not wait on each other; the
  * K-quants' mins go into 8 lanes (one per sub-block), Q4_1 / Q5_1's into one float. */
 static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const act_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
+#if defined(KQ_SIMD)
+    if (R == 1 && (TYPE == T_Q4_K || TYPE == T_Q5_K)) {
+        int64_t t = 0;
+        for (; t + 1 < NT; t += 2) kq_two_rows(TYPE, a, m0, K, w, n0 + t, out, ldo);
+        n0 += t;
+        NT -= t; /* 0 or 1 row left for the loop below */
+    }
+#endif
     const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
     const int sgn = is_signed(TYPE), kq = TYPE >= T_Q4_K;
     for (int64_t t = 0; t < NT; t++) {
