@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from aio.processes import pid_alive
+
 logger = logging.getLogger(__name__)
 
 CHUNK = 4 << 20
@@ -147,19 +149,9 @@ def _remove_stale_partials(directory: Path, name: str) -> None:
     """Temporary files of an assembly whose process is gone (killed mid-copy): `.{name}.*.{pid}.partial`."""
     for stale in directory.glob(f".{name}.*{PARTIAL_SUFFIX}"):
         pid = stale.name[: -len(PARTIAL_SUFFIX)].rpartition(".")[2]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             stale.unlink(missing_ok=True)
             logger.info("removed %s, left by an interrupted assembly", stale)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -54,35 +54,14 @@ def write_kquant_gguf(path, *, arch: str = "qwen2", hidden: int = 256, heads: in
                       seed: int = 0) -> None:
     """A random llama-family GGUF whose projections are `types` (MIX: per GGUF tensor name; a tuple alternates
     over layers), its blocks built by make_blocks; norms near 1, qwen2 biases small."""
-    import gguf
     from gguf import GGMLQuantizationType as Q
 
-    from tests.quant_helpers import tiny_vocab
+    from tests.quant_helpers import gguf_writer
 
     types = {**MIX, **(types or {})}
     rng = np.random.default_rng(seed)
-    tokens, merges, token_types = tiny_vocab()
-    vocab = len(tokens) + (32 - len(tokens) % 32) % 32
-    tokens = tokens + [f"<pad{i}>" for i in range(vocab - len(tokens))]
-    token_types = token_types + [4] * (vocab - len(token_types))
     head_dim = hidden // heads
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(layers)
-    w.add_context_length(512)
-    w.add_embedding_length(hidden)
-    w.add_feed_forward_length(ffn)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(50000.0)
-    w.add_rope_dimension_count(head_dim)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_types(token_types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    w, vocab = gguf_writer(path, arch, hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
 
     def add(name: str, shape: tuple[int, ...], kind: str | tuple, layer: int = 0, scale: float = 0.05) -> None:
         kind = kind[layer % len(kind)] if isinstance(kind, tuple) else kind

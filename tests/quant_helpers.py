@@ -46,6 +46,35 @@ def permute_like_llama_cpp(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def gguf_writer(path, arch: str, *, hidden: int, heads: int, kv_heads: int, ffn: int, layers: int,
+                tokenizer: bool = True):
+    """A GGUFWriter holding a small llama-family model's metadata and (tokenizer) tiny_vocab's tokenizer, padded to
+    a multiple of 32 tokens like real vocabularies; returns it and the vocabulary size."""
+    import gguf
+
+    tokens, merges, types = tiny_vocab()
+    vocab = len(tokens) + (32 - len(tokens) % 32) % 32
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(layers)
+    w.add_context_length(512)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(50000.0)
+    w.add_rope_dimension_count(hidden // heads)
+    if tokenizer:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("smollm")
+        w.add_token_list(tokens + [f"<pad{i}>" for i in range(vocab - len(tokens))])
+        w.add_token_types(types + [4] * (vocab - len(types)))
+        w.add_token_merges(merges)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+    return w, vocab
+
+
 def write_gguf(path, *, arch: str = "llama", proj_type: str = "Q4_1", embed_type: str = "Q8_0", hidden: int = 64,
                heads: int = 4, kv_heads: int = 2, ffn: int = 128, layers: int = 2, tied: bool = True,
                tokenizer: bool = True, seed: int = 0, extra_tensors: dict | None = None,
@@ -56,29 +85,10 @@ def write_gguf(path, *, arch: str = "llama", proj_type: str = "Q4_1", embed_type
     from gguf import GGMLQuantizationType as Q
 
     rng = np.random.default_rng(seed)
-    tokens, merges, types = tiny_vocab()
-    vocab = len(tokens) + (32 - len(tokens) % 32) % 32  # padded like real vocabularies
-    tokens = tokens + [f"<pad{i}>" for i in range(vocab - len(tokens))]
-    types = types + [4] * (vocab - len(types))
     head_dim = hidden // heads
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(layers)
-    w.add_context_length(512)
-    w.add_embedding_length(hidden)
-    w.add_feed_forward_length(ffn)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(50000.0)
-    w.add_rope_dimension_count(head_dim)
+    w, vocab = gguf_writer(path, arch, hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers,
+                           tokenizer=tokenizer)
     if tokenizer:
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("smollm")
-        w.add_token_list(tokens)
-        w.add_token_types(types)
-        w.add_token_merges(merges)
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(2)
         w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                             "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     originals: dict[str, np.ndarray] = {}

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from aio.db.records import RequestRecord
+from aio.processes import pid_alive
 
 logger = logging.getLogger(__name__)
 _FIELDS = {f.name for f in fields(RequestRecord)}
@@ -36,16 +37,6 @@ def _encode(record: RequestRecord) -> str:
 
 def _decode(line: str) -> RequestRecord:
     return decode_record(json.loads(line))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class SpillFile:
@@ -85,7 +76,7 @@ class SpillFile:
                 pid = int(path.name.split("-")[1])
             except (IndexError, ValueError):
                 continue
-            if _alive(pid):
+            if pid_alive(pid):
                 continue
             records += self._read(path)
             path.unlink()
