@@ -95,10 +95,11 @@ def test_matmul_equals_its_exact_emulation_on_every_isa(library, kind, m, n, k):
 
 
 @pytest.mark.parametrize("kind", TYPES)
-def test_every_isa_gives_the_same_bits(kind):
+@pytest.mark.parametrize("m,n", [(6, 24), (1, 25)])  # (1, 25): a decode step, weight rows in pairs and one left
+def test_every_isa_gives_the_same_bits(kind, m, n):
     """Exact integer sums and the same float operations in the same order on every path: identical results."""
-    weight, _ = _weight(kind, 24, 512, 7)
-    x = torch.randn(6, 512)
+    weight, _ = _weight(kind, n, 512, 7)
+    x = torch.randn(m, 512)
     results = {}
     for name, flags in VARIANTS.items():
         if name in REQUIRES and not _cpu_has(REQUIRES[name]):
