@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from test_engine_equality import engine_greedy, make_prompts
+from tests.kquant_helpers import write_kquant_gguf
 from tiers import Engine
 from tiers.attention.backend import BatchLayout
 from tiers.attention.native_backend import NativeCPUAttentionBackend
@@ -77,8 +78,21 @@ def test_one_call_layer_equals_the_native_ops_one_by_one(llama_path):
     assert engine_greedy(engine, prompts) == fused
 
 
-def test_biased_projections_keep_the_python_layer(checkpoint_dir):
-    engine = Engine.from_pretrained(checkpoint_dir("qwen2"), quantization="int4", quantization_group_size=32,
-                                    max_model_len=64)
-    assert all(layer.native_layer is None for layer in engine.runner.model.layers)  # qkv bias
-    assert len(engine_greedy(engine, make_prompts(engine.model_config.vocab_size)[:2])[0]) > 0
+@pytest.mark.parametrize("weights", ["int4", "gguf blocks"])
+def test_a_qkv_bias_and_gguf_blocks_take_the_one_call_layer(checkpoint_dir, tmp_path, weights):
+    """Qwen2's q/k/v bias is added inside the one-call layer, and GGUF K-quant / Q5_0 / Q8_0 projections (cpu_kq,
+    several block types in one fused qkv) run there too: the same tokens as the Python layer, each op native."""
+    if weights == "int4":
+        engine = Engine.from_pretrained(checkpoint_dir("qwen2"), quantization="int4", quantization_group_size=32,
+                                        max_model_len=256)
+    else:
+        write_kquant_gguf(tmp_path / "kq.gguf")
+        engine = Engine.from_pretrained(tmp_path / "kq.gguf", quantization="auto", max_model_len=256)
+    layers = engine.runner.model.layers
+    assert all(layer.native_layer is not None for layer in layers)
+    assert all(layer.self_attn.qkv_proj.bias is not None for layer in layers)
+    prompts = make_prompts(engine.model_config.vocab_size)[:4]
+    fused = engine_greedy(engine, prompts)
+    for layer in layers:
+        layer.native_layer = None
+    assert engine_greedy(engine, prompts) == fused

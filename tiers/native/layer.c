@@ -13,6 +13,8 @@ int aio_gemm_w8(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t
                 int64_t ldo, int nthreads);
 int aio_gemm_w8f(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
                  int64_t ldo, int nthreads);
+int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int nparts, const uint8_t *const *ws,
+                      const int64_t *ns, const int *types, float *out, int64_t ldo, int nthreads);
 void aio_rmsnorm(const float *x, int64_t ldx, const float *w, float *out, int64_t M, int64_t K, float eps,
                  int nthreads);
 void aio_silu_mul(const float *gate_up, float *out, int64_t M, int64_t I, int nthreads);
@@ -23,7 +25,15 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
                         const int64_t *block_tables, int64_t max_blocks, int num_heads, int num_kv_heads,
                         int head_dim, int block_size, float scale, float *out, int nthreads);
 
-enum { KIND_W4A8 = 0, KIND_W8A8 = 1, KIND_W8A32 = 2 };
+enum { KIND_W4A8 = 0, KIND_W8A8 = 1, KIND_W8A32 = 2, KIND_KQ = 3 };
+
+/* a KIND_KQ projection's weight: GGUF blocks as stored, one part per block type (kquant.c) */
+typedef struct {
+    int64_t nparts;
+    const uint8_t *const *ws;
+    const int64_t *ns;
+    const int *types;
+} aio_kq_weight;
 
 typedef struct {
     int64_t hidden, num_heads, num_kv_heads, head_dim, intermediate;
@@ -31,12 +41,17 @@ typedef struct {
     const float *norm_in, *norm_post;
     const uint8_t *w_qkv, *w_o, *w_gate_up, *w_down;
     int32_t kind_qkv, kind_o, kind_gate_up, kind_down;
+    const float *bias_qkv; /* NULL, or the fused q/k/v bias (Qwen2) */
 } aio_layer;
 
 static int project(int kind, const float *x, int64_t M, int64_t K, const uint8_t *w, int64_t N, float *out,
                    int nthreads) {
     if (kind == KIND_W4A8) return aio_gemm_w4(x, M, K, K, w, N, out, N, nthreads);
     if (kind == KIND_W8A8) return aio_gemm_w8(x, M, K, K, w, N, out, N, nthreads);
+    if (kind == KIND_KQ) {
+        const aio_kq_weight *q = (const aio_kq_weight *)w;
+        return aio_gemm_kq_parts(x, M, K, K, (int)q->nparts, q->ws, q->ns, q->types, out, N, nthreads) ? -1 : 0;
+    }
     return aio_gemm_w8f(x, M, K, K, w, N, out, N, nthreads);
 }
 
@@ -60,6 +75,8 @@ int aio_llama_layer(const aio_layer *L, float *x, int64_t T, const float *cos, c
     if (!h || !wide || !attn || !delta) goto done;
     aio_rmsnorm(x, hid, L->norm_in, h, T, hid, L->eps_in, nthreads);
     if (project(L->kind_qkv, h, T, hid, L->w_qkv, qkv_width, wide, nthreads)) goto done;
+    if (L->bias_qkv)
+        for (int64_t t = 0; t < T; t++) add_into(wide + t * qkv_width, L->bias_qkv, qkv_width);
     aio_rotary(wide, qkv_width, T, (int)(H + Hkv), (int)D, cos, signed_sin);
     if (aio_paged_attention(wide, qkv_width, wide + q_size, qkv_width, wide + q_size + kv_size, qkv_width, k_cache,
                             v_cache, slot_mapping, T, token_seq, visible, block_tables, max_blocks, (int)H,

@@ -9,7 +9,13 @@ import torch
 from tiers.native.build import NativeKernelError, NativeLibrary
 from tiers.native.ops import MAX_HEAD_DIM
 
-KINDS = {"cpu_w4a8": 0, "cpu_w8a8": 1, "cpu_w8a32": 2}  # layer.c's KIND_*
+KINDS = {"cpu_w4a8": 0, "cpu_w8a8": 1, "cpu_w8a32": 2, "cpu_kq": 3}  # layer.c's KIND_*
+
+
+class KQWeightStruct(ctypes.Structure):
+    """layer.c's aio_kq_weight: a cpu_kq projection's parts (pointers, row counts, GGUF type ids)."""
+    _fields_ = [("nparts", ctypes.c_int64), ("ws", ctypes.c_void_p), ("ns", ctypes.c_void_p),
+                ("types", ctypes.c_void_p)]
 
 
 class LayerStruct(ctypes.Structure):
@@ -18,7 +24,8 @@ class LayerStruct(ctypes.Structure):
                 ("eps_post", ctypes.c_float), ("scale", ctypes.c_float), ("norm_in", ctypes.c_void_p),
                 ("norm_post", ctypes.c_void_p), ("w_qkv", ctypes.c_void_p), ("w_o", ctypes.c_void_p),
                 ("w_gate_up", ctypes.c_void_p), ("w_down", ctypes.c_void_p), ("kind_qkv", ctypes.c_int32),
-                ("kind_o", ctypes.c_int32), ("kind_gate_up", ctypes.c_int32), ("kind_down", ctypes.c_int32)]
+                ("kind_o", ctypes.c_int32), ("kind_gate_up", ctypes.c_int32), ("kind_down", ctypes.c_int32),
+                ("bias_qkv", ctypes.c_void_p)]
 
 
 class NativeLayer:
@@ -27,18 +34,27 @@ class NativeLayer:
     def __init__(self, layer: torch.nn.Module) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         projections, norms = _parts(layer)
-        self.tensors = [p.qweight for p in projections] + list(norms)
+        bias = projections[0].bias
+        self.tensors = [p.qweight for p in projections if p.kernel != "cpu_kq"] + list(norms) + [bias]
+        self.kq_structs = [KQWeightStruct(arrays[3], ctypes.addressof(arrays[0]), ctypes.addressof(arrays[1]),
+                                          ctypes.addressof(arrays[2]))
+                           for arrays in (p.kq_arrays() for p in projections if p.kernel == "cpu_kq")]
+        kq = iter(self.kq_structs)
+        weights = [ctypes.addressof(next(kq)) if p.kernel == "cpu_kq" else p.qweight.data_ptr() for p in projections]
         self.struct = LayerStruct(
             layer.input_layernorm.weight.shape[0], attn.num_heads, attn.num_kv_heads, attn.head_dim,
             mlp.intermediate_size, layer.input_layernorm.eps, layer.post_attention_layernorm.eps, attn.attn.scale,
-            norms[0].data_ptr(), norms[1].data_ptr(), *(p.qweight.data_ptr() for p in projections),
-            *(KINDS[p.kernel] for p in projections))
+            norms[0].data_ptr(), norms[1].data_ptr(), *weights, *(KINDS[p.kernel] for p in projections),
+            bias.data_ptr() if bias is not None else None)
 
     @staticmethod
     def supports(layer: torch.nn.Module) -> bool:
-        """Every projection on a native kernel without bias, float32 norms."""
+        """Every projection on a native kernel, without bias but for a float32 q/k/v bias; float32 norms."""
         projections, norms = _parts(layer)
-        return (all(getattr(p, "kernel", None) in KINDS and p.bias is None for p in projections)
+        qkv_bias = projections[0].bias
+        return (all(getattr(p, "kernel", None) in KINDS for p in projections)
+                and all(p.bias is None for p in projections[1:])
+                and (qkv_bias is None or (qkv_bias.dtype == torch.float32 and qkv_bias.is_contiguous()))
                 and all(n.dtype == torch.float32 and n.is_contiguous() for n in norms)
                 and layer.self_attn.head_dim <= MAX_HEAD_DIM)
 

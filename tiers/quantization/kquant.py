@@ -112,7 +112,7 @@ def dequantize_rows(native: NativeLibrary, rows: torch.Tensor, kind: str, k: int
     return out
 
 
-def _call_arrays(weight: KQuantWeight) -> tuple:
+def call_arrays(weight: KQuantWeight) -> tuple:
     """The parts' pointers, row counts and type ids as C arrays, built once per weight (its tensors stay put)."""
     arrays = getattr(weight, "_c_arrays", None)
     if arrays is None:
@@ -130,7 +130,7 @@ def gemm(native: NativeLibrary, x: torch.Tensor, weight: KQuantWeight) -> torch.
     if x.dtype != torch.float32 or x.stride(-1) != 1:
         x = x.float().contiguous()
     m, k = x.shape
-    ptrs, ns, types, parts = _call_arrays(weight)
+    ptrs, ns, types, parts = call_arrays(weight)
     n = weight.shape[0]
     out = torch.empty(m, n, dtype=torch.float32)
     status = native.lib.aio_gemm_kq_parts(x.data_ptr(), m, k, x.stride(0), parts, ptrs, ns, types, out.data_ptr(), n,

@@ -164,6 +164,11 @@ class QuantizedLinear(nn.Module):
             return "cpu_int4pack" if _int4_cpu_kernel_ok(weight) else "dequant"
         return "cpu_int8pack" if _int8_cpu_kernel_ok(weight) else "dequant"
 
+    def kq_arrays(self) -> tuple:
+        """A cpu_kq layer's parts as C arrays (pointers, row counts, GGUF type ids) and their count, for the native
+        decoder layer (tiers/native/layer.py); built once, they point into this layer's buffers."""
+        return kquant.call_arrays(self.kq)
+
     @property
     def resident_bytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers()) + (
