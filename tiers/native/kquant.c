@@ -306,6 +306,29 @@ static inline void row_scales(const float *lo, const float *hi, const float *da,
     _mm256_storeu_ps(s_hi, _mm256_mul_ps(_mm256_loadu_ps(hi), d));
 }
 
+/* the weights stream from memory once per step: ask for a group's bytes KQ_PREFETCH ahead early */
+static inline __attribute__((always_inline)) void group_prefetch(const uint8_t *g) {
+    _mm_prefetch((const char *)(g + KQ_PREFETCH), _MM_HINT_T0);
+    _mm_prefetch((const char *)(g + KQ_PREFETCH + 64), _MM_HINT_T0);
+    _mm_prefetch((const char *)(g + KQ_PREFETCH + 128), _MM_HINT_T0);
+}
+
+/* group_scales of a K-quant group, the same floats as the plain C path, computed 8 at a time */
+static inline __attribute__((always_inline)) void k_scales(const int type, const uint8_t *g, float *lo, float *hi,
+                                                            float *mn) {
+    if (type == T_Q6_K)
+        k6_scales(g, lo, hi, mn);
+    else
+        k4_scales(g, lo, hi, mn);
+}
+
+/* sub-block j's scale vector: lanes 0-3 s_lo[j], 4-7 s_hi[j] (the same value but for Q6_K) */
+static inline __attribute__((always_inline)) __m256 scale_vec(const int type, const float *s_lo, const float *s_hi,
+                                                               int j) {
+    return type == T_Q6_K ? _mm256_set_m128(_mm_broadcast_ss(&s_hi[j]), _mm_broadcast_ss(&s_lo[j]))
+                          : _mm256_broadcast_ss(&s_lo[j]);
+}
+
 /* the 32 bits of a uint32 as 32 bytes 0x10 (bit set) or 0 */
 static inline __m256i bits_to_16(uint32_t bits) {
     const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL, 0x0202020202020202LL,
@@ -420,25 +443,17 @@ static inline __attribute__((always_inline)) void kq_two_rows(const int TYPE, co
         const uint8_t *g[2] = {w + n * rb + gi * gb, w + (n + 1) * rb + gi * gb};
         float s_lo[2][8], s_hi[2][8], mn[2][8];
         for (int i = 0; i < 2; i++) {
-            _mm_prefetch((const char *)(g[i] + KQ_PREFETCH), _MM_HINT_T0);
-            _mm_prefetch((const char *)(g[i] + KQ_PREFETCH + 64), _MM_HINT_T0);
-            _mm_prefetch((const char *)(g[i] + KQ_PREFETCH + 128), _MM_HINT_T0);
+            group_prefetch(g[i]);
             float lo[8], hi[8];
-            if (TYPE == T_Q6_K)
-                k6_scales(g[i], lo, hi, mn[i]);
-            else
-                k4_scales(g[i], lo, hi, mn[i]);
+            k_scales(TYPE, g[i], lo, hi, mn[i]);
             row_scales(lo, hi, ad + gi * 8, s_lo[i], s_hi[i]);
         }
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             const int8_t *aj = aq + (gi * 8 + j) * QK;
-            for (int i = 0; i < 2; i++) {
-                const __m256 sv = TYPE == T_Q6_K ? _mm256_set_m128(_mm_broadcast_ss(&s_hi[i][j]),
-                                                                   _mm_broadcast_ss(&s_lo[i][j]))
-                                                 : _mm256_broadcast_ss(&s_lo[i][j]);
-                acc[i][j & 1] = lanes_fma_v(CODES(TYPE, g[i], j), sgn, aj, sv, acc[i][j & 1]);
-            }
+            for (int i = 0; i < 2; i++)
+                acc[i][j & 1] = lanes_fma_v(CODES(TYPE, g[i], j), sgn, aj, scale_vec(TYPE, s_lo[i], s_hi[i], j),
+                                            acc[i][j & 1]);
         }
         if (!sgn)
             for (int i = 0; i < 2; i++) mv[i] = mins_fma(mn[i], ads + gi * 8, mv[i]);
@@ -476,27 +491,17 @@ static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const
                 const uint8_t *g = row + gi * gb;
                 float lo[8], hi[8], mn[8];
 #if defined(KQ_SIMD)
-                /* the weights stream from memory once per step: ask for the bytes ahead early */
-                _mm_prefetch((const char *)(g + KQ_PREFETCH), _MM_HINT_T0);
-                _mm_prefetch((const char *)(g + KQ_PREFETCH + 64), _MM_HINT_T0);
-                _mm_prefetch((const char *)(g + KQ_PREFETCH + 128), _MM_HINT_T0);
-                /* the same floats as the plain C path, computed 8 at a time */
-                if (TYPE == T_Q6_K)
-                    k6_scales(g, lo, hi, mn);
-                else
-                    k4_scales(g, lo, hi, mn);
+                group_prefetch(g);
+                k_scales(TYPE, g, lo, hi, mn);
                 float s_lo[KQ_ROWS][8], s_hi[KQ_ROWS][8];
                 for (int r = 0; r < R; r++) row_scales(lo, hi, a->d + (m0 + r) * nb + gi * 8, s_lo[r], s_hi[r]);
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
                     const CODES_T c = CODES(TYPE, g, j);
                     const int64_t b = gi * 8 + j;
-                    for (int r = 0; r < R; r++) {
-                        const __m256 sv = TYPE == T_Q6_K ? _mm256_set_m128(_mm_broadcast_ss(&s_hi[r][j]),
-                                                                           _mm_broadcast_ss(&s_lo[r][j]))
-                                                         : _mm256_broadcast_ss(&s_lo[r][j]);
-                        acc[j & 1][r] = lanes_fma_v(c, sgn, a->q + (m0 + r) * K + b * QK, sv, acc[j & 1][r]);
-                    }
+                    for (int r = 0; r < R; r++)
+                        acc[j & 1][r] = lanes_fma_v(c, sgn, a->q + (m0 + r) * K + b * QK,
+                                                    scale_vec(TYPE, s_lo[r], s_hi[r], j), acc[j & 1][r]);
                 }
 #else
                 group_scales(TYPE, g, lo, hi, mn);

@@ -36,16 +36,20 @@ class NativeLayer:
         projections, norms = _parts(layer)
         bias = projections[0].bias
         self.tensors = [p.qweight for p in projections if p.kernel != "cpu_kq"] + list(norms) + [bias]
-        self.kq_structs = [KQWeightStruct(arrays[3], ctypes.addressof(arrays[0]), ctypes.addressof(arrays[1]),
-                                          ctypes.addressof(arrays[2]))
-                           for arrays in (p.kq_arrays() for p in projections if p.kernel == "cpu_kq")]
-        kq = iter(self.kq_structs)
-        weights = [ctypes.addressof(next(kq)) if p.kernel == "cpu_kq" else p.qweight.data_ptr() for p in projections]
+        self.kq_structs: list[KQWeightStruct] = []
+        weights = [self._kq_weight(p) if p.kernel == "cpu_kq" else p.qweight.data_ptr() for p in projections]
         self.struct = LayerStruct(
             layer.input_layernorm.weight.shape[0], attn.num_heads, attn.num_kv_heads, attn.head_dim,
             mlp.intermediate_size, layer.input_layernorm.eps, layer.post_attention_layernorm.eps, attn.attn.scale,
             norms[0].data_ptr(), norms[1].data_ptr(), *weights, *(KINDS[p.kernel] for p in projections),
             bias.data_ptr() if bias is not None else None)
+
+    def _kq_weight(self, projection: torch.nn.Module) -> int:
+        """The address of a cpu_kq projection's aio_kq_weight, kept alive with this layer."""
+        ptrs, ns, types, nparts = projection.kq_arrays()
+        struct = KQWeightStruct(nparts, ctypes.addressof(ptrs), ctypes.addressof(ns), ctypes.addressof(types))
+        self.kq_structs.append(struct)
+        return ctypes.addressof(struct)
 
     @staticmethod
     def supports(layer: torch.nn.Module) -> bool:
