@@ -228,6 +228,12 @@ class Settings(BaseSettings):
     def uses_demo_tiers(self) -> bool:
         return not self.tiers
 
+    @property
+    def demo_tiers_alike(self) -> bool:
+        """The embedded demo's tiers answer alike (one model, or random weights): the quality monitor's verdicts on
+        them are no evidence for `aio retrain`. The family demo's tiers are different models: theirs are."""
+        return not self.tiers and self.demo_model != "family"
+
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
                                    env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,

@@ -163,3 +163,17 @@ def test_the_real_family_serves_three_different_models(tmp_path):
             assert "Paris" in completion.choices[0].message.content
     finally:
         live.stop()
+
+
+@pytest.mark.parametrize("demo_model, configured, alike", [("smollm2", False, True), ("random", False, True),
+                                                          ("family", False, False), ("smollm2", True, False)])
+def test_only_the_family_demos_verdicts_are_evidence_for_retraining(tmp_path, monkeypatch, demo_model, configured,
+                                                                   alike):
+    monkeypatch.setenv("AIO_HOME", str(tmp_path))
+    monkeypatch.setenv("AIO_DEMO_MODEL", demo_model)
+    config = None
+    if configured:
+        config = tmp_path / "aio.toml"
+        config.write_text('[tiers.small]\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    settings = load_settings(config)
+    assert settings.demo_tiers_alike is alike

@@ -84,7 +84,7 @@ async def _run(settings, engine, window, poll_interval: float, once: bool) -> Ou
         embedded = embedded_default(settings.home, settings.demo_model)
         tier_settings, random_weights = embedded.tiers[REFERENCE_TIER], embedded.random_weights
     reference = await asyncio.to_thread(build_tier, REFERENCE_TIER, tier_settings, random_weights)
-    store = SqlVerdictStore(engine, store_text=settings.log_prompts, demo_tiers=not settings.tiers)
+    store = SqlVerdictStore(engine, store_text=settings.log_prompts, demo_tiers=settings.demo_tiers_alike)
     quality_monitor = build_monitor(settings, reference, tier_settings.prices, store,
                                     holder=holder_name("aio-monitor"))
     quality_monitor.start()

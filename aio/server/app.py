@@ -130,7 +130,7 @@ def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, rou
     from aio.routing.context_routing import FailureFeed
 
     store = FailureFeed(SqlVerdictStore(db, flush_log=log_writer.flush, store_text=settings.log_prompts,
-                                        demo_tiers=not settings.tiers),
+                                        demo_tiers=settings.demo_tiers_alike),
                         service.context_routing, lambda: router.classifier)  # failures route near-duplicates up
     monitor = build_monitor(settings, reference, service.prices[reference.name], store, on_change)
     monitor.start()
