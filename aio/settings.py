@@ -124,6 +124,12 @@ class Settings(BaseSettings):
     quality: float = Field(default_factory=default_quality, ge=0, le=1)
     # the smallest tier routed requests with tools or a JSON response_format may go to (None: any tier)
     structured_min_tier: Literal["small", "medium", "large"] | None = None
+    # the confidence cascade (docs/routing.md#the-confidence-cascade): a routed, non-streamed plain-text answer whose
+    # confidence (`cascade_confidence`: mean or min chosen-token logprob) is below `cascade_threshold` is answered
+    # again on the next larger tier. Per request: `aio_cascade`, `aio_cascade_threshold`.
+    cascade: bool = False
+    cascade_threshold: float = Field(-0.5, le=0)
+    cascade_confidence: Literal["mean", "min"] = "mean"
     log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
     max_body_bytes: int = Field(4 << 20, ge=1024)
     max_concurrent_requests: int = Field(1024, ge=1)  # in flight over all tiers; beyond: 429

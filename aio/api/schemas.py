@@ -91,6 +91,9 @@ class ChatCompletionRequest(BaseModel):
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     aio_quality: float | None = Field(None, ge=0, le=1)  # per-request quality knob (0 cheapest .. 1 best)
+    # the confidence cascade for this request (None: the server's `cascade`); a threshold turns it on
+    aio_cascade: bool | None = None
+    aio_cascade_threshold: float | None = Field(None, le=0)  # a confidence (logprob) below which the answer escalates
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
