@@ -65,6 +65,9 @@ class Metrics:
         self.cost = Counter("aio:cost_usd", "What the answers cost, in USD.", ["tier"], registry=r)
         self.baseline_cost = Counter("aio:baseline_cost_usd", "What the large tier would have cost, in USD.",
                                      ["tier"], registry=r)
+        self.cascades = Counter("aio:cascades", "Answers the confidence cascade replaced with a larger tier's, by the "
+                                "tier that answered and the tier that answered again.", ["from_tier", "to_tier"],
+                                registry=r)
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", labels,
                               buckets=TTFT_BUCKETS, registry=r)
         self.inter_token = Histogram("vllm:inter_token_latency_seconds", "Time between output tokens.", labels,

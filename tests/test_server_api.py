@@ -166,6 +166,35 @@ def test_auto_routes_through_the_classifier_and_the_quality_knob(server, client)
         assert row["quality"] == quality
 
 
+def test_the_confidence_cascade_climbs_from_unsure_tiers_and_refuses_streams(server, client):
+    """Random-weight tiers are unsure of every token (mean logprob far below -0.5): a cascaded request routed to
+    small is answered again up to large; a threshold below their confidence keeps it on small."""
+    def post(**extra):
+        response = httpx.post(server.api_url + "/chat/completions", timeout=60, json={
+            "model": "auto", "messages": HELLO, "max_tokens": 4, "aio_quality": 0.0, **extra})
+        assert response.status_code == 200, response.text
+        return response
+
+    climbed = post(aio_cascade=True)
+    aio = climbed.json()["aio"]
+    assert climbed.headers["x-aio-tier"] == aio["tier"] == "large" and aio["cascade_from"] == "small"
+    assert climbed.headers["x-aio-routing-reason"] == aio["routing_reason"] == "cascade"
+    assert climbed.json()["choices"][0]["logprobs"] is None  # the cascade's logprobs are its own
+    kept = post(aio_cascade_threshold=-100.0)
+    assert kept.headers["x-aio-tier"] == "small" and kept.json()["aio"]["cascade_from"] is None
+    confidence = kept.json()["aio"]["confidence"]
+    assert -100.0 <= confidence < -0.5
+    rows = log_rows(server, [climbed.headers["x-request-id"], kept.headers["x-request-id"]])
+    row = rows[climbed.headers["x-request-id"]]
+    assert (row["tier"], row["routing_reason"], row["cascade_from_tier"]) == ("large", "cascade", "small")
+    assert row["cascade_confidence"] < -0.5 and 0 < row["cascade_cost_usd"] < row["cost_usd"]
+    assert row["cost_usd"] == pytest.approx(aio["cost_usd"]) and row["confidence"] == pytest.approx(aio["confidence"])
+    assert rows[kept.headers["x-request-id"]]["confidence"] == pytest.approx(confidence)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="auto", messages=HELLO, stream=True, extra_body={"aio_cascade": True})
+    assert info.value.body["param"] == "aio_cascade" and "stream=true" in info.value.body["message"]
+
+
 def _prompt_of(path: Path, low: int, high: int) -> str:
     """A user message whose chat prompt has between low and high tokens."""
     from transformers import AutoTokenizer

@@ -29,19 +29,34 @@ class RequestLog(Protocol):
 
 class Accounting:
     def __init__(self, router: Router, prices: dict[str, Prices], baseline_prices: Prices, log: RequestLog,
-                 metrics: Metrics, log_prompts: bool = True) -> None:
+                 metrics: Metrics, log_prompts: bool = True, reference_tier: str | None = None) -> None:
         self.router = router
         self.prices = prices
         self.baseline_prices = baseline_prices  # the largest tier's: the all-large baseline
+        self.reference_tier = reference_tier  # the largest tier's name
         self.log = log
         self.metrics = metrics
         self.log_prompts = log_prompts
         self.monitor: Any = None  # a quality_monitor.QualityMonitor: finished answers are offered to it
 
     def costs(self, chat: PreparedChat, state: GenerationState) -> tuple[float, float]:
-        """The request's cost on its tier and what the largest tier would have charged for the same tokens."""
+        """The request's cost on its tier and what the largest tier would have charged for the same tokens. After a
+        confidence cascade the cost adds the replaced answers' and the baseline stays the served answer's tokens at
+        the largest tier's prices: the request's cost had it gone to the largest tier at once."""
         tokens = (state.prompt_tokens(chat), state.completion_tokens)
-        return self.prices.get(chat.tier.name, NO_PRICES).cost(*tokens), self.baseline_prices.cost(*tokens)
+        cost = self._answer_cost(chat, state) + (chat.cascaded.cost_usd if chat.cascaded else 0.0)
+        return cost, self.baseline_prices.cost(*tokens)
+
+    def replaced(self, chat: PreparedChat, state: GenerationState) -> float:
+        """An answer the cascade replaces (on `chat.tier`): its tokens count on that tier's token counters (its engine
+        did the work); returns its cost, which the request's row and cost carry."""
+        labels = (chat.tier.name, chat.tier.model)
+        self.metrics.prompt_tokens.labels(*labels).inc(state.prompt_tokens(chat))
+        self.metrics.generation_tokens.labels(*labels).inc(state.completion_tokens)
+        return self._answer_cost(chat, state)
+
+    def _answer_cost(self, chat: PreparedChat, state: GenerationState) -> float:
+        return self.prices.get(chat.tier.name, NO_PRICES).cost(state.prompt_tokens(chat), state.completion_tokens)
 
     def rejected(self, body: ChatCompletionRequest, ctx: RequestContext, error: APIError) -> None:
         self._submit(RequestRecord(
@@ -64,14 +79,18 @@ class Accounting:
         latency_s = time.perf_counter() - chat.ctx.arrived
         costs = self.costs(chat, state)
         self._observe(chat, state, costs, latency_s)
-        # Tool calls and JSON answers are not text the monitor can compare: only plain chat is verified.
-        if self.monitor is not None and state.status == "ok" and chat.decision is not None and chat.options is None:
+        # Tool calls and JSON answers are not text the monitor can compare: only plain chat is verified. A cascade
+        # that ended on the largest tier answered as the reference does: nothing to verify.
+        reference_answer = chat.cascaded is not None and chat.tier.name == self.reference_tier
+        if self.monitor is not None and state.status == "ok" and chat.decision is not None and chat.options is None \
+                and not reference_answer:
             self._offer(chat, state.choices[0].text)
         self._submit(self._record(chat, state, costs, latency_s))
         _done(chat.ctx, state.prompt_tokens(chat) + state.completion_tokens)
 
     def _observe(self, chat: PreparedChat, state: GenerationState, costs: tuple[float, float],
                  latency_s: float) -> None:
+        """The request's series, on the tier that served it (a cascaded request's whole cost too)."""
         tier, metrics = chat.tier, self.metrics
         labels = (tier.name, tier.model)
         metrics.requests.labels(tier.name, chat.decision.reason, state.status).inc()
@@ -90,7 +109,7 @@ class Accounting:
 
     def _record(self, chat: PreparedChat, state: GenerationState, costs: tuple[float, float],
                 latency_s: float) -> RequestRecord:
-        tier, ctx, decision, first = chat.tier, chat.ctx, chat.decision, state.choices[0]
+        tier, ctx, decision, first, cascaded = chat.tier, chat.ctx, chat.decision, state.choices[0], chat.cascaded
         ttft_ms = None if state.first_token_at is None else (state.first_token_at - ctx.arrived) * 1000
         return RequestRecord(
             request_id=ctx.request_id, status=state.status, created_at=ctx.created_at, tier=tier.name,
@@ -103,7 +122,10 @@ class Accounting:
             itl_ms=state.mean_inter_token_ms(), queue_ms=state.queue_ms,
             finish_reason=finish_reason(first.finish_reason) if first.finish_reason else None,
             stream=bool(chat.body.stream), num_choices=len(state.choices), http_status=state.http_status,
-            error=state.error)
+            error=state.error, confidence=state.confidence(chat),
+            cascade_from_tier=cascaded.from_tier if cascaded else None,
+            cascade_confidence=cascaded.confidence if cascaded else None,
+            cascade_cost_usd=cascaded.cost_usd if cascaded else None)
 
     def _logged_quality(self, chat: PreparedChat) -> float | None:
         """The request's own quality knob, else the router's (none for an explicitly named model)."""

@@ -8,8 +8,10 @@ from datetime import datetime
 from typing import Any, AsyncIterator, Callable
 
 from aio.api.schemas import ChatCompletionRequest
+from aio.chat.confidence import Measure, confidence as answer_confidence
 from aio.db.records import utcnow
 from aio.routing import RoutingDecision
+from aio.routing.conversation import ConversationKeys
 from tiers.engine.sampling_params import SamplingParams
 from tiers.pool import ChatChunk, Tier
 from tiers.tools.options import ChatOptions
@@ -23,6 +25,22 @@ class RequestContext:
     arrived: float = field(default_factory=time.perf_counter)
     created_at: datetime = field(default_factory=utcnow)
     on_done: Callable[[int], None] | None = None  # called once with the tokens used when the request ends
+
+
+@dataclass(frozen=True)
+class CascadePolicy:
+    """A request that cascades (aio.chat.cascade): an answer whose confidence by `measure` is below `threshold` is
+    answered again on the next larger tier."""
+    threshold: float
+    measure: Measure
+
+
+@dataclass
+class CascadeReplaced:
+    """The answers a cascade replaced, as the request's row keeps them."""
+    from_tier: str  # the tier that answered first
+    confidence: float  # the first answer's confidence
+    cost_usd: float = 0.0  # what every replaced answer cost (part of the request's cost)
 
 
 @dataclass
@@ -40,6 +58,9 @@ class PreparedChat:
     created: int = field(default_factory=lambda: int(time.time()))
     priority: int = 0  # engine priority (lower first): raised for a key with many sequences in flight
     queue_slot: tuple[str, int] | None = None  # (tier, key id) whose sequences in flight this request counts in
+    cascade: CascadePolicy | None = None  # None: served as routed, never judged
+    cascaded: CascadeReplaced | None = None  # set once the cascade replaced an answer (`tier` is then the last one)
+    conversation: ConversationKeys | None = None  # where the conversation's tier is remembered (a cascade raises it)
 
     @property
     def response_id(self) -> str:
@@ -57,7 +78,8 @@ class ChoiceState:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI's message.tool_calls, as they come
     num_tokens: int = 0
     finish_reason: str | None = None
-    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # OpenAI's entries, when the client asked
+    token_logprobs: list[float] = field(default_factory=list)  # the chosen tokens' logprobs, when the tier gave them
     num_cached_tokens: int = 0
 
 
@@ -85,6 +107,13 @@ class GenerationState:
 
     def prompt_tokens(self, chat: PreparedChat) -> int:
         return self.num_prompt_tokens or chat.num_prompt_tokens
+
+    def confidence(self, chat: PreparedChat) -> float | None:
+        """The first choice's confidence by the request's cascade measure; None when the request is not judged or
+        the tier gave no logprobs."""
+        if chat.cascade is None:
+            return None
+        return answer_confidence(self.choices[0].token_logprobs, chat.cascade.measure)
 
     def mean_inter_token_ms(self) -> float | None:
         """The first choice's mean time between output tokens (from its first to its last token)."""

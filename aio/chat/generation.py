@@ -11,7 +11,7 @@ from aio.chat.context import ChoiceState, GenerationState, PreparedChat
 from aio.chat.openai_shapes import add_tool_call_delta, logprob_entries
 from aio.metrics import Metrics
 from tiers.engine.sampling_params import InvalidRequestError
-from tiers.pool import ChatChunk, Tier, TierUnavailableError
+from tiers.pool import ChatChunk, TierUnavailableError
 
 
 async def generate(chat: PreparedChat, state: GenerationState,
@@ -42,7 +42,7 @@ async def generate(chat: PreparedChat, state: GenerationState,
             if isinstance(item, BaseException):
                 raise item
             _time_chunk(chat, state, index, item, metrics)
-            _apply(chat.tier, state.choices[index], item)
+            _apply(chat, state.choices[index], item)
             if item.num_prompt_tokens:
                 state.num_prompt_tokens = item.num_prompt_tokens
             yield index, item
@@ -75,14 +75,16 @@ def _time_chunk(chat: PreparedChat, state: GenerationState, index: int, chunk: C
         state.last_token_at = now
 
 
-def _apply(tier: Tier, choice: ChoiceState, chunk: ChatChunk) -> None:
+def _apply(chat: PreparedChat, choice: ChoiceState, chunk: ChatChunk) -> None:
     choice.text += chunk.delta_text
     for delta in chunk.tool_calls or []:
         add_tool_call_delta(choice.tool_calls, delta)
     choice.num_tokens += chunk.num_new_tokens
     choice.num_cached_tokens = max(choice.num_cached_tokens, chunk.num_cached_tokens)
     if chunk.logprobs:
-        choice.logprobs.extend(logprob_entries(tier, chunk))
+        choice.token_logprobs.extend(lp.logprob for lp in chunk.logprobs)
+        if chat.body.logprobs:  # the cascade asks for them too, for itself: the client gets what it asked
+            choice.logprobs.extend(logprob_entries(chat.tier, chunk))
     if chunk.finish_reason is not None:
         choice.finish_reason = chunk.finish_reason
 

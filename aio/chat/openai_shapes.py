@@ -62,21 +62,23 @@ def usage(chat: PreparedChat, state: GenerationState) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": cached}}
 
 
-def aio_fields(chat: PreparedChat, costs: tuple[float, float]) -> dict[str, Any]:
-    """AIO's own `aio` object: where the request went and what it cost against the all-large baseline."""
+def aio_fields(chat: PreparedChat, state: GenerationState, costs: tuple[float, float]) -> dict[str, Any]:
+    """AIO's own `aio` object: where the request went and what it cost against the all-large baseline; for a
+    request the confidence cascade judged, the answer's confidence and the tier whose answer it replaced."""
     cost, baseline = costs
     return {"tier": chat.tier.name, "routing_reason": chat.decision.reason, "routing_score": chat.decision.score,
-            "cost_usd": cost, "baseline_cost_usd": baseline, "demo_weights": chat.tier.is_demo}
+            "cost_usd": cost, "baseline_cost_usd": baseline, "demo_weights": chat.tier.is_demo,
+            "confidence": state.confidence(chat), "cascade_from": chat.cascaded.from_tier if chat.cascaded else None}
 
 
 def completion_body(chat: PreparedChat, state: GenerationState, costs: tuple[float, float]) -> dict[str, Any]:
     choices = [{"index": i, "message": message(c),
-                "logprobs": {"content": c.logprobs} if chat.params[i].logprobs is not None else None,
+                "logprobs": {"content": c.logprobs} if chat.body.logprobs else None,
                 "finish_reason": finish_reason(c.finish_reason or "stop")}
                for i, c in enumerate(state.choices)]
     return {"id": chat.response_id, "object": "chat.completion", "created": chat.created, "model": chat.tier.model,
             "choices": choices, "usage": usage(chat, state), "system_fingerprint": None,
-            "aio": aio_fields(chat, costs)}
+            "aio": aio_fields(chat, state, costs)}
 
 
 def chunk_body(chat: PreparedChat, index: int, delta: dict[str, Any], reason: str | None, include_usage: bool,
@@ -91,7 +93,8 @@ def chunk_body(chat: PreparedChat, index: int, delta: dict[str, Any], reason: st
 
 def usage_chunk_body(chat: PreparedChat, state: GenerationState, costs: tuple[float, float]) -> dict[str, Any]:
     return {"id": chat.response_id, "object": "chat.completion.chunk", "created": chat.created,
-            "model": chat.tier.model, "choices": [], "usage": usage(chat, state), "aio": aio_fields(chat, costs)}
+            "model": chat.tier.model, "choices": [], "usage": usage(chat, state),
+            "aio": aio_fields(chat, state, costs)}
 
 
 def stream_events(chat: PreparedChat, index: int, chunk: ChatChunk, include_usage: bool) -> list[str]:

@@ -11,6 +11,7 @@ import numpy as np
 from aio.api.errors import APIError, invalid_request
 from aio.api.schemas import ChatCompletionRequest
 from aio.chat.accounting import Accounting, RequestLog
+from aio.chat.cascade import Cascade, CascadeSettings, cascade_policy
 from aio.chat.context import GenerationState, Opened, PreparedChat, RequestContext
 from aio.chat.generation import api_error, generate, record_failure
 from aio.chat.messages import normalize_messages
@@ -37,7 +38,7 @@ class ChatService:
     def __init__(self, pool: TierPool, router: Router, tier_settings: dict[str, TierSettings], log: RequestLog,
                  metrics: Metrics, log_prompts: bool = True, max_concurrent_requests: int = 1024,
                  queue_timeout_s: float = 60.0, tier_retry_after_s: float = 5.0,
-                 structured_min_tier: str | None = None) -> None:
+                 structured_min_tier: str | None = None, cascade: CascadeSettings = CascadeSettings()) -> None:
         self.pool = pool
         self.router = router
         self.metrics = metrics
@@ -45,13 +46,16 @@ class ChatService:
         self.max_concurrent_requests = max_concurrent_requests
         self.queue_timeout_s = queue_timeout_s
         self.structured_min_tier = structured_min_tier
+        self.cascade_settings = cascade
         # A text the classifier fails on is routed by the heuristic rather than failing its batch-mates.
         self.classifier_batcher = ClassifierBatcher(fallback=HeuristicClassifier(n_tiers=len(pool))
                                                     if len(pool) > 1 else None)
         self.context_routing = ContextRouting()  # conversation stickiness, recent failed verifications
         self.tiers = TierSelector(pool, tier_retry_after_s)
         prices = {name: t.prices for name, t in tier_settings.items()}
-        self.accounting = Accounting(router, prices, prices[pool.tiers[-1].name], log, metrics, log_prompts)
+        self.accounting = Accounting(router, prices, prices[pool.tiers[-1].name], log, metrics, log_prompts,
+                                     pool.tiers[-1].name)
+        self.cascade = Cascade(self.tiers, self.accounting, metrics, self.context_routing, self.max_queue)
         self._in_flight = 0  # opened and not finished
         self._key_sequences: dict[tuple[str, int], int] = {}  # (tier, key id) -> sequences opened, not finished
 
@@ -91,6 +95,7 @@ class ChatService:
         messages = normalize_messages(body.messages)
         self._refuse_oversized(messages)
         options = chat_options(body)
+        cascade = cascade_policy(body, options, self.cascade_settings)
         max_tokens = body.max_completion_tokens or body.max_tokens
         if body.top_logprobs is not None and not body.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
@@ -109,9 +114,11 @@ class ChatService:
         if options is not None:
             await _check_options(tier, options)
         max_tokens = max_tokens or tier.max_model_len - selection.num_prompt_tokens
-        params = [sampling_params(body, max_tokens, i) for i in range(body.n or 1)]
+        cascade = cascade if tier is not self.pool.tiers[-1] else None  # nothing larger to escalate to
+        params = [sampling_params(body, max_tokens, i, cascade is not None) for i in range(body.n or 1)]
         return PreparedChat(ctx, body, messages, tier, selection.decision, body.aio_quality,
-                            selection.num_prompt_tokens, params, options, priority=priority)
+                            selection.num_prompt_tokens, params, options, priority=priority, cascade=cascade,
+                            conversation=conversation)
 
     def _admit_to_queue(self, tier: Tier, key_id: int | None, num_sequences: int) -> int:
         """Fair queuing: each of the `n` sequences counts against the tier's max_queue, one key may hold at most
@@ -207,12 +214,15 @@ class ChatService:
             raise error
 
     async def complete(self, chat: PreparedChat) -> dict[str, Any]:
+        """The whole answer; a request that cascades is judged and may be answered again by larger tiers first."""
         opened = await self.open(chat)
         chat, state = opened.chat, opened.state
         try:
             if opened.chunks is not None:
                 async for _ in opened.chunks:
                     pass
+            while chat.cascade is not None and (answer := await self.cascade.step(chat, state, self.queue_timeout_s)):
+                state = answer
         except BaseException as exc:
             record_failure(state, exc)
             raise api_error(exc, chat.ctx.request_id) from exc
@@ -283,14 +293,16 @@ async def _check_options(tier: Tier, options: ChatOptions) -> None:
         raise invalid_request(str(exc), param, code="invalid_schema") from exc
 
 
-def sampling_params(body: ChatCompletionRequest, max_tokens: int, choice: int) -> SamplingParams:
+def sampling_params(body: ChatCompletionRequest, max_tokens: int, choice: int, judged: bool = False) -> SamplingParams:
+    """The engine's parameters for one choice; `judged`: the cascade reads the chosen tokens' logprobs, asked for
+    even when the client did not ask (its response shows them only if it did)."""
     try:
         return SamplingParams(
             max_tokens=max_tokens, temperature=1.0 if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             seed=None if body.seed is None else body.seed + choice, stop=body.stop,
             top_k=body.top_k or 0, ignore_eos=bool(body.ignore_eos),
-            logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+            logprobs=(body.top_logprobs or 0) if body.logprobs else (0 if judged else None),
             presence_penalty=body.presence_penalty or 0.0, frequency_penalty=body.frequency_penalty or 0.0,
             repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
             min_tokens=body.min_tokens or 0,

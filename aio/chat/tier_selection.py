@@ -65,11 +65,13 @@ class TierSelector:
                        param="messages", code="context_length_exceeded")
 
     async def fall_back(self, failed: Tier, decision: RoutingDecision, messages: list[dict[str, Any]],
-                        max_tokens: int | None, options: ChatOptions | None = None) -> Selection | None:
-        """The next tier larger than `failed` that is up and holds the request."""
+                        max_tokens: int | None, options: ChatOptions | None = None,
+                        reason: str = "fallback") -> Selection | None:
+        """The next tier larger than `failed` that is up and holds the request (also the confidence cascade's next
+        step, with reason "cascade": tiers that are down are skipped alike)."""
         larger = self.pool.tiers[self.pool.index(failed.name) + 1:]
         search = await self._search(larger, messages, max_tokens, down=failed, options=options)
-        return None if search.found is None else self._selection(decision, search, "fallback")
+        return None if search.found is None else self._selection(decision, search, reason)
 
     async def _search(self, tiers: Sequence[Tier], messages: list[dict[str, Any]], max_tokens: int | None,
                       down: Tier | None = None, options: ChatOptions | None = None) -> _Search:

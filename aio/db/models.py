@@ -78,6 +78,12 @@ class Request(Base):
     http_status: Mapped[int] = mapped_column(default=200)
     error: Mapped[str | None] = mapped_column(sa.Text)
     replica: Mapped[str | None] = mapped_column(sa.String)  # the server that answered (settings.replica)
+    # the confidence cascade: the served answer's confidence (when judged); the replaced first answer's tier and
+    # confidence, and what the replaced answers cost (part of cost_usd)
+    confidence: Mapped[float | None]
+    cascade_from_tier: Mapped[str | None] = mapped_column(sa.String)
+    cascade_confidence: Mapped[float | None]
+    cascade_cost_usd: Mapped[float | None]
 
 
 class Verification(Base):
@@ -166,6 +172,10 @@ class DailyAggregate(UsageSums, Base):
     num_ttft: Mapped[int] = mapped_column(default=0)
     num_escalations: Mapped[int] = mapped_column(default=0, server_default="0")  # routing_reason "escalation"
     num_fallbacks: Mapped[int] = mapped_column(default=0, server_default="0")  # routing_reason "fallback"
+    # requests the confidence cascade answered again, counted under the tier that served the last answer, and what
+    # their replaced answers cost (already part of cost_usd)
+    num_cascades: Mapped[int] = mapped_column(default=0, server_default="0")
+    cascade_cost_usd: Mapped[float] = mapped_column(default=0.0, server_default="0")
 
 
 class DailyHistogram(Base):

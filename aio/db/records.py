@@ -17,7 +17,7 @@ class RequestRecord:
     created_at: datetime = field(default_factory=utcnow)  # when the request arrived (UTC)
     tier: str | None = None  # the tier that answered (None when rejected before routing)
     model: str | None = None  # the model name that answered
-    routing_reason: str | None = None  # "classifier" | "explicit" | "escalation"
+    routing_reason: str | None = None  # "classifier" | "explicit" | "escalation" | "fallback" | "cascade" | ...
     classifier_version: str | None = None
     routing_score: float | None = None  # the classifier's probability that the chosen tier answers well
     tier_scores: list[float] | None = None  # the classifier's per-tier probabilities
@@ -28,8 +28,8 @@ class RequestRecord:
     answer: str | None = None  # the first choice's text (None when redacted)
     prompt_tokens: int = 0
     completion_tokens: int = 0  # over all choices
-    cost_usd: float = 0.0
-    baseline_cost_usd: float = 0.0  # what the large tier would have cost for the same tokens
+    cost_usd: float = 0.0  # with a cascade, the replaced answers' cost included
+    baseline_cost_usd: float = 0.0  # what the large tier would have cost for the same tokens (the served answer's)
     ttft_ms: float | None = None
     latency_ms: float | None = None  # end to end, arrival to last byte
     itl_ms: float | None = None  # mean inter-token latency of the first choice (None with fewer than 2 tokens)
@@ -40,3 +40,10 @@ class RequestRecord:
     http_status: int = 200
     error: str | None = None
     replica: str | None = None  # the server that answered (settings.replica)
+    # the confidence cascade (aio.chat.cascade): the served answer's confidence, when the request was judged; and
+    # when a cheaper tier's answer was replaced (routing_reason "cascade"): that tier, that first answer's
+    # confidence, and what the replaced answers cost (included in cost_usd)
+    confidence: float | None = None
+    cascade_from_tier: str | None = None
+    cascade_confidence: float | None = None
+    cascade_cost_usd: float | None = None

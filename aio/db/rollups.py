@@ -18,7 +18,7 @@ from aio.db.models import DailyAggregate, DailyHistogram, DailyUsage
 NO_TIER = "none"  # the tier under which requests rejected before routing are counted
 USAGE_SUMS = ("num_requests", "num_errors", "prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd")
 SUM_COLUMNS = (*USAGE_SUMS, "sum_latency_ms", "num_latency", "sum_ttft_ms", "num_ttft", "num_escalations",
-               "num_fallbacks")
+               "num_fallbacks", "num_cascades", "cascade_cost_usd")
 HISTOGRAM_METRICS = (*LATENCY_METRICS, SCORE_METRIC)
 MAX_USER_CHARS = 200  # `user` as kept in daily_usage
 
@@ -52,7 +52,8 @@ def _add_usage(agg: dict[str, Any], row: dict[str, Any]) -> None:
 
 
 def _aggregate(rows: Any) -> list[dict[str, Any]]:
-    """Sums per (UTC day, tier), in key order (replicas upserting the same keys then lock them in the same order)."""
+    """Sums per (UTC day, tier), in key order (replicas upserting the same keys then lock them in the same order).
+    A cascaded request counts under the tier that served it, with its whole cost (the replaced answers' included)."""
     sums: dict[tuple[Any, str], dict[str, Any]] = {}
     for row in rows:
         day, tier = row["created_at"].date(), row["tier"] or NO_TIER
@@ -66,6 +67,9 @@ def _aggregate(rows: Any) -> list[dict[str, Any]]:
             agg["num_ttft"] += 1
         agg["num_escalations"] += row["routing_reason"] == "escalation"
         agg["num_fallbacks"] += row["routing_reason"] == "fallback"
+        if row["cascade_from_tier"] is not None:  # a cascade's whole cost lands on the tier that answered last
+            agg["num_cascades"] += 1
+            agg["cascade_cost_usd"] += row["cascade_cost_usd"] or 0.0
     return [sums[key] for key in sorted(sums)]
 
 

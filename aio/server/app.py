@@ -8,6 +8,7 @@ from typing import AsyncIterator
 
 from fastapi import FastAPI
 
+from aio.chat.cascade import CascadeSettings
 from aio.chat.service import ChatService
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
@@ -104,7 +105,8 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
     metrics = Metrics(lambda: [(t.name, t.model, t.load()) for t in pool])
     service = ChatService(pool, router, tier_settings, log_writer, metrics, settings.log_prompts,
                           settings.max_concurrent_requests, settings.queue_timeout_s, settings.tier_retry_after_s,
-                          settings.structured_min_tier)
+                          settings.structured_min_tier,
+                          CascadeSettings(settings.cascade, settings.cascade_threshold, settings.cascade_confidence))
     monitor = _start_monitor(settings, pool, service, router, db, log_writer, metrics)
     watch_task = asyncio.create_task(watcher.run(), name="aio-router-watch")
     prune_task = None
