@@ -37,10 +37,10 @@ def make_records(count: int, seed: int, start: datetime, span: timedelta, prefix
         tier = rng.choice([*TIERS, None])
         tokens_in, tokens_out = rng.randrange(1, 900), rng.randrange(0, 400)
         price = {"small": 0.1, "medium": 0.3, "large": 3.0, None: 0.0}[tier]
-        records.append(RequestRecord(
+        record = RequestRecord(
             request_id=f"{prefix}-{i}", status=rng.choice(["ok", "ok", "ok", "error", "cancelled", "rejected"]),
             created_at=start + span * rng.random(), tier=tier, model=tier and f"model-{tier}",
-            routing_reason=rng.choice(["classifier", "classifier", "explicit", "escalation", "fallback"]),
+            routing_reason=rng.choice(["classifier", "classifier", "explicit", "escalation", "fallback", "cascade"]),
             classifier_version="v1", routing_score=rng.choice([rng.random(), None]), quality=0.5,
             key_id=rng.choice([1, 2, None]), user=rng.choice(["alice", "bob", "carol", "dave", None]),
             prompt='[{"role": "user", "content": "hello"}]', answer="hi",
@@ -48,7 +48,11 @@ def make_records(count: int, seed: int, start: datetime, span: timedelta, prefix
             cost_usd=(tokens_in + tokens_out) * price / 1e6, baseline_cost_usd=(tokens_in + tokens_out) * 3.0 / 1e6,
             ttft_ms=rng.choice([rng.lognormvariate(4, 1), None]), latency_ms=rng.lognormvariate(7, 0.8),
             itl_ms=rng.choice([rng.lognormvariate(2.5, 0.4), None]),
-            queue_ms=rng.choice([rng.expovariate(0.05), None])))
+            queue_ms=rng.choice([rng.expovariate(0.05), None]))
+        if record.routing_reason == "cascade" and tier is not None:  # replaced answers cost part of cost_usd
+            record.confidence, record.cascade_from_tier, record.cascade_confidence = -0.2, "small", -rng.uniform(1, 4)
+            record.cascade_cost_usd = record.cost_usd * rng.random()
+        records.append(record)
     return records
 
 
@@ -138,6 +142,11 @@ def sums(records: list[RequestRecord]) -> dict[str, float]:
             "savings_pct": 100 * (baseline - cost) / baseline if baseline else None}
 
 
+def cascade_sums(records: list[RequestRecord]) -> dict[str, float]:
+    cascaded = [r for r in records if r.cascade_from_tier is not None]
+    return {"cascades": len(cascaded), "cascade_cost_usd": sum(r.cascade_cost_usd for r in cascaded)}
+
+
 def nearest_rank(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), 100 * q, method="inverted_cdf"))
 
@@ -176,14 +185,15 @@ def test_summary_cost_and_savings_equal_the_seeded_sums(seeded, params):
     everything = records
     rejected = [r for r in records if r.tier is None]  # refused before a tier took them: not a tier, not errors
     records = [r for r in records if r.tier is not None]
-    assert_close(data["total"], sums(records))
+    assert_close(data["total"], {**sums(records), **cascade_sums(records)})
+    assert data["total"]["cascades"] > 0
     assert data["total"]["rejected"] == data["rejected"]["requests"] == len(rejected) > 0
     by_tier = defaultdict(list)
     for r in records:
         by_tier[tier_of(r)].append(r)
     assert set(data["tiers"]) == set(by_tier) and "none" not in data["tiers"]
     for tier, rows in by_tier.items():
-        assert_close(data["tiers"][tier], sums(rows))
+        assert_close(data["tiers"][tier], {**sums(rows), **cascade_sums(rows)})
     judged = [v for v in seeded["verifications"] if any(v["request_id"] == r.request_id for r in records)
               and (params is AGG or in_range_moment(v["created_at"], params))]
     if params is AGG:
@@ -406,6 +416,7 @@ def test_migration_backfills_the_new_aggregates_from_existing_requests(tmp_path)
     records = make_records(400, 7, START, timedelta(days=4), "m")
     for r in records:
         r.itl_ms = r.queue_ms = None  # columns the old schema does not have
+        r.confidence = r.cascade_from_tier = r.cascade_confidence = r.cascade_cost_usd = None
     reference = make_engine(f"sqlite:///{tmp_path / 'reference.db'}")
     migrate.upgrade(reference)
     write(reference, records)

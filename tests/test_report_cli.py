@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from aio.cli import app
 from aio.db import migrate
 from aio.db.database import make_engine
-from tests.test_dashboard_api import START, make_records, write
+from tests.test_dashboard_api import START, cascade_sums, make_records, write
 
 
 @pytest.fixture
@@ -58,6 +58,10 @@ def test_json_report_equals_the_seeded_sums(seeded_env):
     for tier in ("small", "medium", "large"):
         mine = [r for r in seeded_env if r.tier == tier]
         assert data["tiers"][tier]["cost_usd"] == pytest.approx(sum(r.cost_usd for r in mine))
+        assert data["tiers"][tier]["cascades"] == cascade_sums(mine)["cascades"]
+    cascaded = cascade_sums(served(seeded_env))
+    assert data["total"]["cascades"] == cascaded["cascades"] > 0
+    assert data["total"]["cascade_cost_usd"] == pytest.approx(cascaded["cascade_cost_usd"])
 
 
 def test_csv_report_has_a_row_per_tier_and_the_total(seeded_env):
@@ -66,7 +70,7 @@ def test_csv_report_has_a_row_per_tier_and_the_total(seeded_env):
     rows = {row["tier"]: row for row in csv.DictReader(io.StringIO(result.stdout))}
     assert set(rows) == {"small", "medium", "large", "rejected", "total"}
     assert int(rows["rejected"]["requests"]) == len(seeded_env) - len(served(seeded_env))
-    for key, value in expected(served(seeded_env)).items():
+    for key, value in {**expected(served(seeded_env)), **cascade_sums(served(seeded_env))}.items():
         assert float(rows["total"][key]) == pytest.approx(value), key
 
 
@@ -78,6 +82,9 @@ def test_table_report_and_relative_ranges(seeded_env):
     assert lines[0].startswith("cost report 2025-03-02T00:00:00Z → 2025-03-05T00:00:00Z")
     total_line = next(line for line in lines if line.startswith("total"))
     assert f"${total['cost_usd']:,.4f}" in total_line and f"{total['requests']:,}" in total_line
+    cascaded = cascade_sums(served(seeded_env))
+    assert lines[-1] == (f"cascaded: {cascaded['cascades']:,} requests answered again on a larger tier; their "
+                         f"replaced answers cost ${cascaded['cascade_cost_usd']:,.4f} (part of the cost)")
     result = CliRunner().invoke(app, ["report", "cost", "--since", "7d", "--format", "json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["total"]["requests"] == 0  # the seeds are older
 

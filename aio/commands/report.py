@@ -17,7 +17,7 @@ report_app = typer.Typer(help="Reports from the SQL log.", no_args_is_help=True,
 
 COLUMNS = ("tier", "requests", "errors", "error_rate", "prompt_tokens", "completion_tokens", "tokens", "cost_usd",
            "baseline_cost_usd", "savings_usd", "savings_pct", "quality_pass_rate", "quality_verdicts",
-           "judge_cost_usd", "ttft_p95_ms")
+           "judge_cost_usd", "ttft_p95_ms", "cascades", "cascade_cost_usd")
 
 
 class Format(str, Enum):
@@ -54,9 +54,12 @@ def _table(summary: dict[str, Any]) -> str:
     cells = [list(headers)] + [[_cell(c, row[c]) for c in shown] for row in _rows(summary)]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))) for r in cells]
-    r = summary["range"]
+    r, total = summary["range"], summary["total"]
     return "\n".join([f"cost report {r['start']} → {r['end']} ({r['source']})", *lines,
-                      "judge cost (quality-monitor replays) is not part of the cost or the savings"])
+                      "judge cost (quality-monitor replays) is not part of the cost or the savings",
+                      f"cascaded: {_cell('cascades', total['cascades'])} requests answered again on a larger tier; "
+                      f"their replaced answers cost {_cell('cascade_cost_usd', total['cascade_cost_usd'])} "
+                      "(part of the cost)"])
 
 
 def _csv(summary: dict[str, Any]) -> str:
@@ -80,7 +83,8 @@ def cost(since: str = typer.Option("7d", "--since", metavar="WHEN", help="24h, 7
          until: str | None = typer.Option(None, "--until", metavar="WHEN", help="with a date --since: the end (default now)"),
          output: Format = typer.Option(Format.table, "--format", help="table, csv or json"),
          config: Path | None = ConfigOption) -> None:
-    """What was spent, what all-large would have cost, the savings, quality, errors and p95 TTFT, per tier."""
+    """What was spent, what all-large would have cost, the savings, quality, errors, p95 TTFT and the confidence
+    cascade's requests and extra cost, per tier."""
     from aio.api.errors import APIError
     from aio.dashboard import service
 

@@ -63,6 +63,21 @@ def totals(by_tier: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return _total(list(by_tier.values()))
 
 
+def cascades_by_tier(connection: Connection, r: TimeRange) -> dict[str, dict[str, Any]]:
+    """Per tier that served them: the requests the confidence cascade answered again (`cascades`) and what their
+    replaced cheaper answers cost (`cascade_cost_usd`, already part of that tier's `cost_usd`)."""
+    if r.source == "aggregates":
+        a = DailyAggregate
+        query = sa.select(a.tier, sa.func.sum(a.num_cascades), sa.func.sum(a.cascade_cost_usd)) \
+            .where(*day_filter(a.day, r)).group_by(a.tier)
+    else:
+        tier = request_tier()
+        query = sa.select(tier, sa.func.count(Request.cascade_from_tier), sa.func.sum(Request.cascade_cost_usd)) \
+            .where(*raw_filter(r)).group_by(tier)
+    return {row[0]: {"cascades": int(row[1] or 0), "cascade_cost_usd": float(row[2] or 0.0)}
+            for row in connection.execute(query)}
+
+
 def series(connection: Connection, r: TimeRange) -> dict[str, Any]:
     """Per time bucket (hour or day) and tier: the sums; plus per-bucket totals, tier shares of requests and
     tokens, and the cumulative savings."""

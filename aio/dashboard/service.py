@@ -28,16 +28,23 @@ def _kpis(usage: dict[str, Any], quality: dict[str, Any] | None, ttft: dict[str,
 def summary(connection: Connection, r: TimeRange) -> dict[str, Any]:
     """KPI tiles, in total and per tier: requests, tokens, cost, all-large baseline, savings ($, %), error rate
     (requests a tier took that did not end "ok"), quality pass rate of the verified samples, judge cost (not part
-    of the cost) and p95 time to first token. Requests refused before any tier took them (4xx: bad input, auth,
-    limits) are not a tier and not errors of the service: they are counted on their own under `rejected`."""
+    of the cost), p95 time to first token, and the requests the confidence cascade answered again with what their
+    replaced answers cost (part of the cost; under the tier that served the last answer). Requests refused before
+    any tier took them (4xx: bad input, auth, limits) are not a tier and not errors of the service: they are
+    counted on their own under `rejected`."""
     by_tier = queries.sums_by_tier(connection, r)
     rejected = by_tier.pop(NO_TIER, None)
     quality = quality_panel.pass_rates(connection, r)
     ttft = latency_panel.latency(connection, r, ("ttft_ms",))["tiers"]
-    tiers = {tier: _kpis(usage, quality["tiers"].get(tier), ttft.get(tier, {}).get("ttft_ms"))
+    cascades = queries.cascades_by_tier(connection, r)
+    none = {"cascades": 0, "cascade_cost_usd": 0.0}
+    tiers = {tier: {**_kpis(usage, quality["tiers"].get(tier), ttft.get(tier, {}).get("ttft_ms")),
+                    **cascades.get(tier, none)}
              for tier, usage in by_tier.items()}
     total = _kpis(queries.totals(by_tier), quality["total"] if quality["total"]["verdicts"] else None,
                   ttft.get(latency_panel.ALL, {}).get("ttft_ms"))
+    total["cascades"] = sum(values["cascades"] for values in tiers.values())
+    total["cascade_cost_usd"] = sum(values["cascade_cost_usd"] for values in tiers.values())
     total["rejected"] = rejected["requests"] if rejected else 0
     return {"range": r.as_json(), "total": total, "tiers": tiers,
             "rejected": {"requests": rejected["requests"]} if rejected else {"requests": 0}}

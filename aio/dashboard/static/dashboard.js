@@ -160,7 +160,8 @@ function renderSummary(data) {
   document.getElementById("kpi-tiles").replaceChildren(
     tile("tile-requests", "Requests", num(t.requests), `+ ${num(t.rejected)} rejected before a tier (4xx)`),
     tile("tile-tokens", "Tokens", num(t.tokens), `${num(t.prompt_tokens)} in / ${num(t.completion_tokens)} out`),
-    tile("tile-cost", "Actual cost", usd(t.cost_usd)),
+    tile("tile-cost", "Actual cost", usd(t.cost_usd),
+      t.cascades ? `incl. ${usd(t.cascade_cost_usd)} for ${num(t.cascades)} cascaded requests' first answers` : ""),
     tile("tile-baseline", "All-large baseline", usd(t.baseline_cost_usd)),
     tile("tile-savings", "Savings", usd(t.savings_usd),
       (t.savings_pct === null ? "" : t.savings_pct.toFixed(1) + "% of the baseline, ") + bought,
