@@ -248,6 +248,17 @@ def test_a_failed_escalation_serves_the_cheaper_answer(failure, caplog):
     assert cascades(service, "small", "medium") == 0 and service._in_flight == 0
 
 
+def test_a_larger_tier_that_cannot_count_the_prompt_keeps_the_cheaper_answer(caplog):
+    def broken_tokenizer(messages, options=None):
+        raise RuntimeError("the tokenizer is gone")
+
+    tiers = three(small=-2.0)
+    tiers[1].count_prompt_tokens = broken_tokenizer
+    service, log = make_service(tiers, proba=SMALL_ONLY, cascade=ON)
+    assert serve(service)[0]["model"] == "model-small" and log.records[0].status == "ok"
+    assert "no cascade from small: RuntimeError: the tokenizer is gone" in caplog.text
+
+
 def test_a_larger_tier_that_is_down_is_skipped_and_none_up_keeps_the_answer():
     tiers = three(small=-2.0)
     tiers[1].available = False

@@ -114,8 +114,9 @@ class Cascade:
         try:
             selection = await self.tiers.fall_back(chat.tier, chat.decision, chat.messages, chat.max_tokens,
                                                    chat.options, reason="cascade")
-        except APIError as exc:  # the larger tier's tokenizer refused the messages: keep the answer
-            logger.warning("request %s: no cascade from %s: %s", chat.ctx.request_id, chat.tier.name, exc.message)
+        except Exception as exc:  # noqa: BLE001 - e.g. a larger tier's tokenizer refuses the messages: keep the answer
+            why = exc.message if isinstance(exc, APIError) else f"{type(exc).__name__}: {exc}"
+            logger.warning("request %s: no cascade from %s: %s", chat.ctx.request_id, chat.tier.name, why)
             return None
         if selection is None:
             logger.info("request %s: no cascade from %s: no larger tier is up and holds it", chat.ctx.request_id,

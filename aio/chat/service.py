@@ -221,7 +221,8 @@ class ChatService:
             if opened.chunks is not None:
                 async for _ in opened.chunks:
                     pass
-            while chat.cascade is not None and (answer := await self.cascade.step(chat, state, self.queue_timeout_s)):
+            while chat.cascade is not None \
+                    and (answer := await self.cascade.step(chat, state, self.queue_timeout_s)) is not None:
                 state = answer
         except BaseException as exc:
             record_failure(state, exc)
