@@ -25,7 +25,7 @@ class Classifier(Protocol):
 @dataclass(frozen=True)
 class RoutingDecision:
     tier: str
-    reason: str  # "classifier" | "explicit" | "escalation" | "fallback" | "sticky" | "recent-failure"
+    reason: str  # "classifier" | "explicit" | "escalation" | "fallback" | "sticky" | "recent-failure" | "cascade"
     score: float | None = None  # P(the chosen tier answers well)
     scores: tuple[float, ...] | None = None  # the classifier's per-tier probabilities
     classifier_version: str | None = None
