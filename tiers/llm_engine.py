@@ -76,7 +76,7 @@ class Engine:
         self._work = threading.Condition(self._lock)
         self._loop_thread: threading.Thread | None = None
         self._closed = False
-        self._step_gate = step_gate(device.type)  # CPU engines of one process step one at a time
+        self._step_gate = step_gate(device.type)
         self.num_steps = 0
 
     @classmethod
@@ -123,9 +123,8 @@ class Engine:
     # ---- the step -------------------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """One scheduler/model step. A failure while serving one sequence ends that sequence with an error (its
-        blocks freed) and the others go on; only a failure of the engine's own bookkeeping raises. The step gate is
-        taken before the engine's lock, so requests can be added while the engine waits for its turn."""
+        """One scheduler/model step. A sequence whose serving fails ends with an error (blocks freed), the others
+        go on; only the engine's own bookkeeping failing raises. Requests can be added while it waits for the gate."""
         with self._step_gate, self._lock:
             outputs: list[RequestOutput] = []
             self._admit_pending(outputs)
