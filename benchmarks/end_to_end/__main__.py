@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -135,14 +134,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write every figure and per-task outcome as JSON here")
     parser.add_argument("--plot", type=Path, help="write the cost-accuracy curves as a PNG here")
     args = parser.parse_args(argv)
-    models = Path(os.environ.get("AIO_HOME") or Path.home() / ".aio") / "models"
+    from aio.demo_family import FamilyUnavailable, assemble_family, models_dir
+    from aio.settings import default_home
+
+    try:
+        assemble_family(default_home())  # once, into $AIO_HOME/models; every server below links to it
+    except FamilyUnavailable as exc:
+        sys.exit(f"the family demo is not installed: {exc}")
+    models = models_dir(default_home())
     workload = load_workload(args.seed, args.eval_generated, args.eval_crux)
     train, evaluation = workload.train, workload.eval
     print(f"workload: {len(train)} train, {len(evaluation)} eval tasks (seed {args.seed})", flush=True)
     with tempfile.TemporaryDirectory(prefix="aio-e2e-") as tmp:
         home = Path(tmp)
-        if models.is_dir():
-            (home / "models").symlink_to(models)  # the assembled family files, not copied again
+        (home / "models").symlink_to(models)  # the assembled family files, not copied again
         bench = Bench(args, home)
         results: dict = {"tasks": {"train": len(train), "eval": len(evaluation)}, "args": vars(args) | {
             "out": str(args.out), "plot": str(args.plot)}}
