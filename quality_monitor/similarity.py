@@ -64,8 +64,9 @@ def _number(text: str) -> float | None:
         return None
 
 
-def structured_match(answer: str, reference: str) -> Comparison | None:
-    """An exact verdict for structured or short answers, or None when they need a semantic comparison."""
+def structured_match(answer: str, reference: str, final_answers: bool = True) -> Comparison | None:
+    """An exact verdict for structured or short answers, or None when they need a semantic comparison.
+    `final_answers` False: without the final-answer rule (how verdicts were made before it, for comparison)."""
     left, right = _as_json(answer), _as_json(reference)
     if left is not None and right is not None:
         return Comparison(float(left == right), "json")
@@ -73,7 +74,7 @@ def structured_match(answer: str, reference: str) -> Comparison | None:
     if left is not None and right is not None:
         return Comparison(float(left == right), "choice")
     left, right = extract_answer(answer, explicit=True), extract_answer(reference, explicit=True)
-    if left is not None and right is not None:
+    if final_answers and left is not None and right is not None:
         return Comparison(float(same_value(left, right)), "final_answer")
     left, right = _number(answer), _number(reference)
     if left is not None and right is not None:
@@ -85,8 +86,9 @@ def structured_match(answer: str, reference: str) -> Comparison | None:
 
 
 class AnswerComparer:
-    def __init__(self, encoder_path: str | None = None) -> None:
+    def __init__(self, encoder_path: str | None = None, final_answers: bool = True) -> None:
         self.encoder_path = encoder_path
+        self.final_answers = final_answers
         self._model = None
         self._lock = threading.Lock()
 
@@ -111,7 +113,7 @@ class AnswerComparer:
     def compare(self, answer: str, reference: str) -> Comparison:
         if not answer.strip() or not reference.strip():
             return Comparison(float(answer.strip() == reference.strip()), "exact")
-        exact = structured_match(answer, reference)
+        exact = structured_match(answer, reference, self.final_answers)
         if exact is not None:
             return exact
         return Comparison(self.cosine(answer, reference), "cosine")

@@ -61,6 +61,12 @@ def comparer():
     return AnswerComparer()
 
 
+def test_the_final_answer_rule_can_be_left_out_to_compare_with_verdicts_made_before_it():
+    answer, reference = "It reverses s, then adds s[0].\nAnswer: 'cba'", "Reversed plus first letter.\nAnswer: 'cbaa'"
+    assert structured_match(answer, reference).method == "final_answer"
+    assert structured_match(answer, reference, final_answers=False) is None  # cosine decided these before
+
+
 def test_replies_without_a_marked_final_answer_are_not_compared_as_final_answers(comparer):
     hello, hi = "Hello! How can I help you today?", "Hi there, what can I do for you?"
     code = "```python\ndef add(a, b):\n    return a + b\n```"

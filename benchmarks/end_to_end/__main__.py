@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, help="write every figure and per-task outcome as JSON here")
     parser.add_argument("--plot", type=Path, help="write the cost-accuracy curves as a PNG here")
+    parser.add_argument("--keep-log", type=Path, help="copy the SQLite request log (every phase) here")
     args = parser.parse_args(argv)
     from aio.demo_family import FamilyUnavailable, assemble_family, models_dir
     from aio.settings import default_home
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         (home / "models").symlink_to(models)  # the assembled family files, not copied again
         bench = Bench(args, home)
         results: dict = {"tasks": {"train": len(train), "eval": len(evaluation)}, "args": vars(args) | {
-            "out": str(args.out), "plot": str(args.plot)}}
+            "out": str(args.out), "plot": str(args.plot), "keep_log": str(args.keep_log)}}
 
         print("B: monitor on, the train part through auto", flush=True)
         server = bench.server(monitor=True)
@@ -203,12 +205,16 @@ def main(argv: list[str] | None = None) -> int:
                                                       correct)
         results["monitor"] = report.monitor_figures(evaluation, monitored, bench.database_url, correct)
         results["per_tier_by_category"] = report.by_category(evaluation, answers)
+        results["train_answers"] = report.routed_answers(train, train_auto, bench.database_url, correct)
+        if args.keep_log:
+            shutil.copyfile(home / "aio.db", args.keep_log)
     print(report.text(results), flush=True)
     if args.plot:
         report.plot(results, args.plot)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1, default=float))
-    print(json.dumps({k: v for k, v in results.items() if k not in ("curves", "per_task")}, default=float))
+    print(json.dumps({k: v for k, v in results.items() if k not in ("curves", "per_task", "train_answers")},
+                     default=float))
     return 0
 
 

@@ -127,9 +127,14 @@ def live_cascade(tasks: list[Task], live: list[Answer], answers: TierAnswers, da
 
 
 def monitor_figures(tasks: list[Task], monitored: dict[str, list[Answer]], database_url: str,
-                    correct: Callable[[Task, Answer], bool]) -> dict:
-    """Its verdicts on cheap answers against their truth: a flag is a failed verdict."""
-    wrong, flagged, methods = [], [], defaultdict(lambda: [0, 0, 0])  # method -> [verdicts, flags, right flags]
+                    correct: Callable[[Task, Answer], bool], pass_threshold: float = 0.85) -> dict:
+    """Its verdicts on cheap answers against their truth (a flag is a failed verdict); beside them, the verdicts
+    the comparison without its final-answer rule gives on the same answer pairs (as the monitor judged before)."""
+    from quality_monitor import AnswerComparer
+
+    without_rule = AnswerComparer(final_answers=False)
+    wrong, flagged, flagged_before = [], [], []
+    methods = defaultdict(lambda: [0, 0, 0])  # method -> [verdicts, flags, right flags]
     for tier, answers in monitored.items():
         verdicts = logged_verdicts(database_url, [a.request_id for a in answers])
         for task, answer in zip(tasks, answers):
@@ -139,20 +144,36 @@ def monitor_figures(tasks: list[Task], monitored: dict[str, list[Answer]], datab
             is_wrong, is_flag = not correct(task, answer), not verdict.passed
             wrong.append(is_wrong)
             flagged.append(is_flag)
+            before = without_rule.compare(verdict.answer or "", verdict.reference_answer or "")
+            flagged_before.append(before.similarity < pass_threshold)
             m = methods[verdict.method]
             m[0], m[1], m[2] = m[0] + 1, m[1] + is_flag, m[2] + (is_flag and is_wrong)
-    w, f = np.array(wrong, bool), np.array(flagged, bool)
+    w, f, fb = np.array(wrong, bool), np.array(flagged, bool), np.array(flagged_before, bool)
 
     def stats(rows: np.ndarray) -> dict[str, float]:
-        ww, ff = w[rows], f[rows]
-        return {"recall": float((ff & ww).sum() / max(1, ww.sum())),
-                "precision": float((ff & ww).sum() / ff.sum()) if ff.any() else float("nan")}
+        out = {}
+        for name, flags in (("", f[rows]), ("without the final-answer rule: ", fb[rows])):
+            ww = w[rows]
+            out[name + "recall"] = float((flags & ww).sum() / max(1, ww.sum()))
+            out[name + "precision"] = float((flags & ww).sum() / flags.sum()) if flags.any() else float("nan")
+        return out
 
     point = stats(np.arange(len(w))) if len(w) else {}
     ci = intervals(len(w), stats, RESAMPLES) if len(w) else {}
     return {"verdicts": len(w), "wrong": int(w.sum()), "flagged": int(f.sum()),
             **{k: {"value": v, "ci90": ci[k]} for k, v in point.items()},
             "by_method": {k: {"verdicts": v[0], "flags": v[1], "right_flags": v[2]} for k, v in methods.items()}}
+
+
+def routed_answers(tasks: list[Task], answers: list[Answer], database_url: str,
+                   correct: Callable[[Task, Answer], bool]) -> list[dict]:
+    """Per task of a routed pass: the tier that served it, its answer's confidence and whether it was right."""
+    from aio.chat.confidence import confidence
+
+    rows = logged_requests(database_url, [a.request_id for a in answers])
+    return [{"id": t.id, "tier": rows[a.request_id].tier if a.request_id in rows else None,
+             "confidence": confidence(a.logprobs) if a.logprobs else None, "correct": correct(t, a)}
+            for t, a in zip(tasks, answers)]
 
 
 def by_category(tasks: list[Task], answers: TierAnswers) -> dict:
@@ -200,8 +221,10 @@ def text(results: dict) -> str:
         lines.append(f"{name:34} {cell(t['p50']):>10} {cell(t['p95']):>8} {cell(e['p50']):>10} {cell(e['p95']):>8}")
     m = results["monitor"]
     if m.get("recall"):
+        before = "without the final-answer rule: "
         lines += ["", f"quality monitor on {m['verdicts']} cheap answers ({m['wrong']} wrong, {m['flagged']} "
-                      f"flagged): recall {_fmt(m['recall'])}, precision {_fmt(m['precision'])}; by method "
+                      f"flagged): recall {_fmt(m['recall'])}, precision {_fmt(m['precision'])}; {before}recall "
+                      f"{_fmt(m[before + 'recall'])}, precision {_fmt(m[before + 'precision'])}; by method "
                       f"{m['by_method']}"]
     lines += ["", f"live auto: {results['live_auto']}", f"live cascade: {results['live_cascade']}",
               f"retrain: {results['retrain'].get('status')}: {results['retrain'].get('reason')}"]

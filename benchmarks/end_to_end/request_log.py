@@ -32,6 +32,8 @@ class LoggedVerdict:
     passed: bool
     similarity: float
     method: str
+    answer: str | None
+    reference_answer: str | None
 
 
 def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
@@ -65,7 +67,7 @@ def logged_verdicts(database_url: str, request_ids: Iterable[str]) -> dict[str, 
                 query = sa.select(Verification).where(Verification.request_id.in_(chunk)).order_by(Verification.id)
                 for row in session.scalars(query):
                     out[row.request_id] = LoggedVerdict(row.request_id, row.tier, row.passed, row.similarity,
-                                                        row.method)
+                                                        row.method, row.answer, row.reference_answer)
     finally:
         engine.dispose()
     return out
