@@ -10,7 +10,8 @@ Phases (each server a fresh process on one temporary home and SQLite log; the fa
   A  monitor off, the shipped classifier: the evaluation part on each tier by name (answers with logprobs), through
      `auto` (its per-tier scores in the log, its live latency) and through `auto` with the cascade at the fitted
      threshold; then `aio retrain` runs on the log (phase B's verdicts: A logs none);
-  C  monitor off, the classifier that retrain left in service: the evaluation part through `auto` (after);
+  C  monitor off, the classifier that retrain left in service: the evaluation part through `auto` (after); a
+     control retrain on a copy of the log without its verdicts (the seed data alone), scored in this process;
   D  monitor on: the evaluation part on small and medium by name; the verdicts are compared with the truth.
 Prints the figures with 90% bootstrap intervals and one JSON line; see docs/end_to_end.md for how to read them."""
 from __future__ import annotations
@@ -30,6 +31,7 @@ from benchmarks.end_to_end import report
 from benchmarks.end_to_end.curves import fit_threshold
 from benchmarks.end_to_end.policies import TIERS, TierAnswers
 from benchmarks.end_to_end.request_log import logged_requests, logged_verdicts
+from benchmarks.end_to_end.retrain_control import seed_only_scores
 from benchmarks.end_to_end.traffic import Answer, send_all
 from benchmarks.workload import Task, extract_answer, load_workload, matches
 
@@ -186,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
         scores_after = scores_of(auto_after, bench.database_url)
+        (home / "control").mkdir()
+        scores_control, results["retrain_control"] = seed_only_scores(home / "aio.db", home / "control", evaluation)
+        print(f"  control retrain on the seed data alone: {results['retrain_control'].get('reason')}", flush=True)
 
         print("D: monitor on, small and medium by name", flush=True)
         server = bench.server(monitor=True)
@@ -198,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         live = {"always-" + t: latencies(by_tier[t], bench.database_url) for t in TIERS}
         live["auto (live, shipped classifier)"] = latencies(auto_before, bench.database_url)
         live["auto + cascade (live)"] = latencies(cascade_live, bench.database_url)
-        results.update(report.figures(evaluation, answers, scores_before, scores_after, threshold, live))
+        scores = {"auto": scores_before, "auto after retrain": scores_after,
+                  "auto retrained on the seed alone": scores_control}
+        results.update(report.figures(evaluation, answers, scores, threshold, live))
         results["live_auto"] = report.live_check(evaluation, answers, auto_before, scores_before,
                                                  bench.database_url, correct)
         results["live_cascade"] = report.live_cascade(evaluation, cascade_live, answers, bench.database_url,

@@ -78,9 +78,11 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
             "p95_90ci": ci(95), "n": len(v)}
 
 
-def figures(tasks: list[Task], answers: TierAnswers, scores_before: np.ndarray, scores_after: np.ndarray,
-            threshold: float, live: dict[str, dict[str, list[float]]]) -> dict:
-    book = Figures(answers, {"auto": scores_before, "auto after retrain": scores_after}, threshold)
+def figures(tasks: list[Task], answers: TierAnswers, scores: dict[str, np.ndarray], threshold: float,
+            live: dict[str, dict[str, list[float]]]) -> dict:
+    """`scores`: per router (its name in the figures) the per-tier scores on `tasks`; "auto" (the shipped
+    classifier) is the one the cascade starts from."""
+    book = Figures(answers, scores, threshold)
     everything = np.arange(len(answers))
     point = book.stats(everything)
     ci = intervals(len(answers), book.stats, RESAMPLES)
@@ -90,7 +92,7 @@ def figures(tasks: list[Task], answers: TierAnswers, scores_before: np.ndarray, 
             "per_task": [{"id": t.id, "category": t.category, "difficulty": t.difficulty,
                           "correct": answers.correct[i].tolist(), "cost": answers.cost[i].tolist(),
                           "confidence": [None if np.isnan(c) else float(c) for c in answers.confidence[i]],
-                          "scores_before": scores_before[i].tolist(), "scores_after": scores_after[i].tolist()}
+                          **{f"scores: {name}": s[i].tolist() for name, s in scores.items()}}
                          for i, t in enumerate(tasks)]}
 
 
