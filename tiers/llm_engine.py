@@ -28,7 +28,6 @@ from tiers.engine.sampler import SamplerOutput
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams, StructuredOutputParams
 from tiers.engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
 from tiers.engine.sequence import Sequence
-from tiers.engine.step_gate import step_gate
 from tiers.models.checkpoint import open_checkpoint
 from tiers.models.config import ModelConfig
 from tiers.models.gguf.reader import GGUFCheckpoint
@@ -76,7 +75,6 @@ class Engine:
         self._work = threading.Condition(self._lock)
         self._loop_thread: threading.Thread | None = None
         self._closed = False
-        self._step_gate = step_gate(device.type)
         self.num_steps = 0
 
     @classmethod
@@ -123,9 +121,9 @@ class Engine:
     # ---- the step -------------------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """One scheduler/model step. A sequence whose serving fails ends with an error (blocks freed), the others
-        go on; only the engine's own bookkeeping failing raises. Requests can be added while it waits for the gate."""
-        with self._step_gate, self._lock:
+        """One scheduler/model step. A failure while serving one sequence ends that sequence with an error (its
+        blocks freed) and the others go on; only a failure of the engine's own bookkeeping raises."""
+        with self._lock:
             outputs: list[RequestOutput] = []
             self._admit_pending(outputs)
             if self.speculator is not None:
