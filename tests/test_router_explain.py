@@ -56,3 +56,29 @@ def test_cli_explains_a_prompt_with_the_shipped_classifier(tmp_path, monkeypatch
     assert "tier: large" not in result.output  # trivial chit-chat never needs the large tier
     empty = CliRunner().invoke(app, ["router", "explain", "  "])
     assert empty.exit_code == 1 and "empty" in empty.output
+
+
+def test_the_nearest_seed_rows_of_a_seed_text_start_with_itself_and_sum_up_by_source():
+    from aio.routing.neighbours import nearest_rows
+    from classifier.seed import load_seed_data
+
+    texts, labels, sources = load_seed_data()
+    i = next(j for j, s in enumerate(sources) if s.startswith("chat:writing"))
+    near, shares = nearest_rows(texts[i], k=3, pool=20)
+    assert near[0].text == texts[i] and near[0].similarity > 0.99  # the shipped vectors are the encoder's, rounded
+    assert (near[0].label, near[0].source) == (labels[i], sources[i])
+    assert near[0].similarity >= near[1].similarity >= near[2].similarity
+    assert sum(s.count for s in shares) == 20 and {s.source for s in shares} >= {sources[i]}
+    writing = next(s for s in shares if s.source == sources[i])
+    assert writing.weight > 1 and 0 <= writing.mean_label <= 2  # hand-labelled chat rows weigh more in training
+
+
+def test_neighbour_lines_name_tier_source_and_weight():
+    from aio.commands.router_explain import neighbour_lines
+    from aio.routing.neighbours import Neighbour, SourceShare
+
+    lines = neighbour_lines([Neighbour(0.8123, 2, "chat:writing", "Write a villanelle  about\nmemory " + "x" * 80)],
+                            [SourceShare("chat:writing", 7, 1.43, 20.0), SourceShare("routellm:mmlu", 3, 0.0, 1.0)])
+    assert "0.812  large   chat:writing" in lines[1] and "Write a villanelle about memory" in lines[1]
+    assert lines[1].endswith("…")
+    assert "among the 10 nearest" in lines[2] and "chat:writing 7 (1.4, x20), routellm:mmlu 3 (0.0, x1)" in lines[2]

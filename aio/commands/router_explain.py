@@ -15,6 +15,8 @@ def explain(prompt: str = typer.Argument(..., help="the last user message"),
             system: str | None = typer.Option(None, "--system", metavar="TEXT", help="a system prompt"),
             quality: float | None = typer.Option(None, min=0.0, max=1.0, metavar="Q", help="the request's aio_quality (default: "
                                                  "the deployment's)"),
+            neighbours: int = typer.Option(5, "--neighbours", min=0, metavar="N", help="show the N seed training rows "
+                                           "nearest in meaning, and their sources (0: none)"),
             config: Path | None = ConfigOption) -> None:
     """Explain how the router would route a prompt: per-tier scores, thresholds in force, tier and reason."""
     from aio.commands.classifier import _current_router
@@ -38,6 +40,27 @@ def explain(prompt: str = typer.Argument(..., help="the last user message"),
         raise fail(f"the classifier {clf.version} cannot score this prompt: {exc}") from None
     for line in explanation(router, proba, quality, text != prompt):
         typer.echo(line)
+    if neighbours:
+        from aio.routing.neighbours import nearest_rows
+
+        for line in neighbour_lines(*nearest_rows(text, neighbours)):
+            typer.echo(line)
+
+
+def neighbour_lines(near, shares) -> list[str]:
+    """What the seed data says about prompts like this one (aio.routing.neighbours)."""
+    from aio.settings import TIER_ORDER
+
+    lines = ["nearest seed training rows (cosine of the encoder's embeddings; tier = the cheapest that answered "
+             "it well):"]
+    for n in near:
+        snippet = " ".join(n.text.split())
+        lines.append(f"  {n.similarity:.3f}  {TIER_ORDER[n.label]:6s}  {n.source:22s}  "
+                     f"{snippet[:70] + ('…' if len(snippet) > 70 else '')}")
+    total = sum(s.count for s in shares)
+    lines.append(f"sources among the {total} nearest (rows, mean tier 0 = small .. 2 = large, training weight): "
+                 + ", ".join(f"{s.source} {s.count} ({s.mean_label:.1f}, x{s.weight:g})" for s in shares[:6]))
+    return lines
 
 
 def explanation(router, proba, quality: float | None, with_context: bool) -> list[str]:
