@@ -33,7 +33,7 @@ from benchmarks.end_to_end.policies import TIERS, TierAnswers
 from benchmarks.end_to_end.request_log import logged_requests, logged_verdicts
 from benchmarks.end_to_end.retrain_control import seed_only_scores
 from benchmarks.end_to_end.traffic import Answer, send_all
-from benchmarks.workload import Task, extract_answer, load_workload, matches
+from benchmarks.workload import Task, load_workload
 
 MONITOR_ON = dict(AIO_MONITOR_MODE="serve", AIO_QUALITY_SAMPLE_RATE="1.0", AIO_QUALITY_MAX_CONCURRENT="2",
                   AIO_QUALITY_QUEUE_SIZE="4096", AIO_QUALITY_BUDGET_TOKENS_PER_HOUR="100000000")
@@ -86,10 +86,6 @@ class Bench:
         return json.loads(done.stdout[done.stdout.index("{"):])
 
 
-def correct(task: Task, answer: Answer) -> bool:
-    return answer.error is None and matches(extract_answer(answer.text), task.truth, task.kind)
-
-
 def tier_answers(tasks: list[Task], by_tier: dict[str, list[Answer]], database_url: str) -> TierAnswers:
     from aio.chat.confidence import confidence
 
@@ -99,7 +95,7 @@ def tier_answers(tasks: list[Task], by_tier: dict[str, list[Answer]], database_u
         answers = by_tier[tier]
         rows = logged_requests(database_url, [a.request_id for a in answers])
         for i, (task, answer) in enumerate(zip(tasks, answers)):
-            right[i, t] = correct(task, answer)
+            right[i, t] = report.correct(task, answer)
             row = rows.get(answer.request_id or "")
             cost[i, t] = row.cost_usd if row else np.nan
             value = confidence(answer.logprobs) if answer.logprobs else None
@@ -163,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             bench.wait_for_verdicts(train_auto)
         finally:
             server.stop()
-        threshold = fit_cascade_threshold(train, train_auto, bench.database_url)
+        results["train_answers"] = report.routed_answers(train, train_auto, bench.database_url)
+        threshold = fit_cascade_threshold(results["train_answers"])
         results["cascade_threshold"] = threshold
         print(f"  cascade threshold fitted on the train part: mean logprob {threshold:.3f}", flush=True)
 
@@ -207,12 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                   "auto retrained on the seed alone": scores_control}
         results.update(report.figures(evaluation, answers, scores, threshold, live))
         results["live_auto"] = report.live_check(evaluation, answers, auto_before, scores_before,
-                                                 bench.database_url, correct)
-        results["live_cascade"] = report.live_cascade(evaluation, cascade_live, answers, bench.database_url,
-                                                      correct)
-        results["monitor"] = report.monitor_figures(evaluation, monitored, bench.database_url, correct)
+                                                 bench.database_url)
+        results["live_cascade"] = report.live_cascade(evaluation, cascade_live, answers, bench.database_url)
+        results["monitor"] = report.monitor_figures(evaluation, monitored, bench.database_url)
         results["per_tier_by_category"] = report.by_category(evaluation, answers)
-        results["train_answers"] = report.routed_answers(train, train_auto, bench.database_url, correct)
         if args.keep_log:
             shutil.copyfile(home / "aio.db", args.keep_log)
     print(report.text(results), flush=True)
@@ -225,20 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def fit_cascade_threshold(train: list[Task], train_auto: list[Answer], database_url: str) -> float:
-    """On the train part's answers from a cheaper tier: the mean-logprob threshold that best separates the wrong
-    ones from the right ones (Youden's J)."""
-    from aio.chat.confidence import confidence
-
-    rows = logged_requests(database_url, [a.request_id for a in train_auto])
-    conf, wrong = [], []
-    for task, answer in zip(train, train_auto):
-        row = rows.get(answer.request_id or "")
-        if row is None or row.tier not in ("small", "medium") or not answer.logprobs:
-            continue
-        conf.append(confidence(answer.logprobs))
-        wrong.append(not correct(task, answer))
-    return fit_threshold(np.array(conf, dtype=float), np.array(wrong))
+def fit_cascade_threshold(train_answers: list[dict]) -> float:
+    """On the train part's answers from a cheaper tier (`report.routed_answers`): the mean-logprob threshold that
+    best separates the wrong ones from the right ones (Youden's J)."""
+    cheap = [a for a in train_answers if a["tier"] in ("small", "medium") and a["confidence"] is not None]
+    return fit_threshold(np.array([a["confidence"] for a in cheap], dtype=float),
+                         np.array([not a["correct"] for a in cheap]))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable
-
 import numpy as np
 
 from benchmarks.end_to_end.curves import CurvePoint, cost_at, intervals
@@ -14,9 +12,14 @@ from benchmarks.end_to_end.policies import (QUALITY_GRID, TARGET, TIERS, Choice,
                                             oracle, routed_tiers)
 from benchmarks.end_to_end.request_log import logged_requests, logged_verdicts
 from benchmarks.end_to_end.traffic import Answer
-from benchmarks.workload import Task
+from benchmarks.workload import Task, extract_answer, matches
 
 RESAMPLES = 1000
+
+
+def correct(task: Task, answer: Answer) -> bool:
+    """Whether the answer's final answer matches the task's computed truth (a failed request is wrong)."""
+    return answer.error is None and matches(extract_answer(answer.text), task.truth, task.kind)
 
 
 def _quality_points() -> list[float]:
@@ -71,11 +74,12 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"p50": None, "p95": None, "p50_90ci": None, "p95_90ci": None, "n": 0}
     v = np.array(values)
-    rng = np.random.default_rng(0)
-    draws = v[rng.integers(0, len(v), (RESAMPLES, len(v)))]
-    ci = lambda p: [float(x) for x in np.percentile(np.percentile(draws, p, axis=1), [5, 95])]  # noqa: E731
-    return {"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)), "p50_90ci": ci(50),
-            "p95_90ci": ci(95), "n": len(v)}
+    def stats(rows: np.ndarray) -> dict[str, float]:
+        return {"p50": float(np.percentile(v[rows], 50)), "p95": float(np.percentile(v[rows], 95))}
+
+    ci = intervals(len(v), stats, RESAMPLES)
+    point = stats(np.arange(len(v)))
+    return {**point, "p50_90ci": list(ci["p50"]), "p95_90ci": list(ci["p95"]), "n": len(v)}
 
 
 def figures(tasks: list[Task], answers: TierAnswers, scores: dict[str, np.ndarray], threshold: float,
@@ -96,8 +100,8 @@ def figures(tasks: list[Task], answers: TierAnswers, scores: dict[str, np.ndarra
                          for i, t in enumerate(tasks)]}
 
 
-def live_check(tasks: list[Task], answers: TierAnswers, live: list[Answer], scores: np.ndarray, database_url: str,
-               correct: Callable[[Task, Answer], bool]) -> dict:
+def live_check(tasks: list[Task], answers: TierAnswers, live: list[Answer], scores: np.ndarray,
+               database_url: str) -> dict:
     """The live `auto` pass against what the per-tier answers predict for it."""
     from aio.routing_default import default_quality
 
@@ -115,8 +119,7 @@ def live_check(tasks: list[Task], answers: TierAnswers, live: list[Answer], scor
             "tier_shares": {t: float(np.mean(served == i)) for i, t in enumerate(TIERS)}}
 
 
-def live_cascade(tasks: list[Task], live: list[Answer], answers: TierAnswers, database_url: str,
-                 correct: Callable[[Task, Answer], bool]) -> dict:
+def live_cascade(tasks: list[Task], live: list[Answer], answers: TierAnswers, database_url: str) -> dict:
     rows = logged_requests(database_url, [a.request_id for a in live])
     logged = [rows[a.request_id] for a in live if a.request_id in rows]
     right = np.array([correct(t, a) for t, a in zip(tasks, live)])
@@ -129,7 +132,7 @@ def live_cascade(tasks: list[Task], live: list[Answer], answers: TierAnswers, da
 
 
 def monitor_figures(tasks: list[Task], monitored: dict[str, list[Answer]], database_url: str,
-                    correct: Callable[[Task, Answer], bool], pass_threshold: float = 0.85) -> dict:
+                    pass_threshold: float = 0.85) -> dict:
     """Its verdicts on cheap answers against their truth (a flag is a failed verdict); beside them, the verdicts
     the comparison without its final-answer rule gives on the same answer pairs (as the monitor judged before)."""
     from quality_monitor import AnswerComparer
@@ -167,8 +170,7 @@ def monitor_figures(tasks: list[Task], monitored: dict[str, list[Answer]], datab
             "by_method": {k: {"verdicts": v[0], "flags": v[1], "right_flags": v[2]} for k, v in methods.items()}}
 
 
-def routed_answers(tasks: list[Task], answers: list[Answer], database_url: str,
-                   correct: Callable[[Task, Answer], bool]) -> list[dict]:
+def routed_answers(tasks: list[Task], answers: list[Answer], database_url: str) -> list[dict]:
     """Per task of a routed pass: the tier that served it, its answer's confidence and whether it was right."""
     from aio.chat.confidence import confidence
 
