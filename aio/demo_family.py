@@ -123,12 +123,18 @@ FAMILY_PRICES = {"small": 0.30, "medium": 1.20, "large": 3.00}
 FAMILY_MODELS = {"small": "SmolLM2-135M-Instruct", "medium": QWEN_05B_NAME, "large": QWEN_15B_NAME}
 # 96 MiB of fp32 KV: 2,184 tokens of SmolLM2, 4,096 of the 0.5B; 128 MiB: 2,340 of the 1.5B
 FAMILY_KV_CACHE_BYTES = {"small": 96 << 20, "medium": 96 << 20, "large": 128 << 20}
+# Steps of at least this many rows (prefill chunks) run the Qwen projections as a GEMM over the weight dequantized
+# for the step: 5x the 1.5B's prefill and 2x its 32-request serving on 2 AVX-512 + AMX cores (docs/benchmarks.md,
+# "Sixth round"); decode steps (at most 16 rows here) stay on the kernel.
+FAMILY_DENSE_MIN_ROWS = 128
 FAMILY_ENGINE = {
     "small": dict(quantization="int4"),  # SmolLM2's Q4_1 weights as stored
     # quantize_lm_head: under "int4", the 1.5B's Q6_K output matrix (151,936 x 1,536) as INT8 instead of 0.9 GB of
     # fp32 read per token; under "auto" it runs as stored, and the 0.5B's Q8_0 one is kept INT8 either way
-    "medium": dict(quantization=QWEN_QUANTIZATION, quantize_lm_head=True),
-    "large": dict(quantization=QWEN_QUANTIZATION, quantize_lm_head=True),
+    "medium": dict(quantization=QWEN_QUANTIZATION, quantize_lm_head=True,
+                   quantized_dense_min_rows=FAMILY_DENSE_MIN_ROWS),
+    "large": dict(quantization=QWEN_QUANTIZATION, quantize_lm_head=True,
+                  quantized_dense_min_rows=FAMILY_DENSE_MIN_ROWS),
 }
 FAMILY_MAX_NUM_SEQS = 16
 FAMILY_NOTE = ("demo tiers: three different real models, small SmolLM2-135M-Instruct, medium "

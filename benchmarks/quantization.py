@@ -14,7 +14,8 @@ they are, bf16 activations).
 - serving (first thread count only): 32 seeded requests, prompts of 16-256 random tokens, outputs of 16-128
   tokens, ignore_eos: our INT4 engine serves them all at once (continuous batching), llama.cpp one after another;
   ours twice per repeat, with the dense path for many-row inputs (EngineConfig.quantized_dense_min_rows = 128,
-  off by default) and with torch's packed kernels only (the same loaded weights, switched).
+  off by default) and with the kernels only (the same loaded weights, switched); every engine run on requests it
+  has not seen (no prefix-cache hits), llama.cpp on the same requests as our dense run.
 - memory: the INT4 engines' resident weights (parameter + buffer bytes, tied ones once, rotary tables excluded),
   the RSS growth of a fresh process that builds one (after the imports; KV pool of 64 MiB, shown apart), and the
   RSS given back when it is dropped again.
@@ -354,7 +355,7 @@ def _print_table(results: dict[str, Any], threads: list[int], names: list[str]) 
     s = results.get("serving")
     if s:
         line = (f"\nserving {s['requests']} requests ({s['output_tokens']} output tokens), {s['threads']} threads: "
-                f"{s['system']} engine (continuous batching) {s['engine_tokens_per_s']:.1f} tok/s, with the packed "
+                f"{s['system']} engine (continuous batching) {s['engine_tokens_per_s']:.1f} tok/s, with the "
                 f"kernels only {s['packed_only_tokens_per_s']:.1f} tok/s ({s['dense_vs_packed_only']:.2f}x)")
         if "ratio" in s:
             line += (f"; llama.cpp one after another {s['llama_cpp_sequential_tokens_per_s']:.1f} tok/s: "

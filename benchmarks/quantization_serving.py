@@ -1,6 +1,11 @@
 """The serving part of benchmarks.quantization: 32 concurrent requests through our engine (continuous batching), with
-and without the dense path for many-row inputs where it applies (torch's kernels), against llama.cpp serving them
-one after another."""
+and without the dense path for many-row inputs (torch's packed kernels and GGUF blocks as stored), against llama.cpp
+serving them one after another.
+
+Every engine run serves requests it has not seen (seed + run number): the engine's prefix cache would otherwise
+answer a repeat's prompts from the KV cache of the run before, which made every repeat after the first look twice
+as fast (docs/benchmarks.md, "Sixth round"). llama.cpp, which keeps no cache across requests, serves the same
+requests as our default run of the repeat, so that ratio compares like with like."""
 from __future__ import annotations
 
 import random
@@ -31,12 +36,13 @@ def engine_serve(engine, requests: list[tuple[list[int], int]]) -> dict[str, Any
     return {"output_tokens": total, "seconds": seconds, "tokens_per_s": total / seconds}
 
 
-def has_torch_kernels(engine) -> bool:
-    """Whether the dense path can apply: it exists for torch's packed kernels only, not the native ones."""
+DENSE_KERNELS = ("cpu_int4pack", "cpu_int8pack", "cpu_kq")  # the kernels with a dense path for many rows
+
+
+def has_dense_path(engine) -> bool:
     from tiers.quantization import QuantizedLinear
 
-    return any(isinstance(m, QuantizedLinear) and m.kernel in ("cpu_int4pack", "cpu_int8pack")
-               for m in engine.runner.model.modules())
+    return any(isinstance(m, QuantizedLinear) and m.kernel in DENSE_KERNELS for m in engine.runner.model.modules())
 
 
 def set_dense_rows(engine, rows: int | None) -> None:
@@ -44,33 +50,35 @@ def set_dense_rows(engine, rows: int | None) -> None:
     from tiers.quantization import QuantizedLinear
 
     for module in engine.runner.model.modules():
-        if isinstance(module, QuantizedLinear) and module.kernel in ("cpu_int4pack", "cpu_int8pack"):
+        if isinstance(module, QuantizedLinear) and module.kernel in DENSE_KERNELS:
             module.dense_min_rows = rows
 
 
 def serve_comparison(engines: dict[str, Any], path: Path, python: str | None, threads: int, args) -> dict[str, Any]:
-    """The serving system with its dense path for many-row inputs (the default) and with the packed kernels only
-    (the same weights, switched), and llama.cpp, taking turns within each repeat."""
+    """The serving system with its dense path for many-row inputs (the default) and with the kernels only (the same
+    weights, switched), and llama.cpp, taking turns within each repeat, each on its own fresh requests."""
     torch.set_num_threads(threads)
     system = args.serving_system
     engine = engines[system]
     dense_rows = engine.config.quantized_dense_min_rows
-    requests = serving_requests(engine.model_config.vocab_size, args.requests, args.seed)
+    vocab, runs = engine.model_config.vocab_size, iter(range(1000))
+    fresh = lambda: serving_requests(vocab, args.requests, args.seed + next(runs))  # noqa: E731
     worker = LlamaCppWorker(python, path, threads) if python else None
-    engine_serve(engine, requests[:2])
+    engine_serve(engine, fresh()[:2])
     ours, packed, theirs = [], [], []
     for rep in range(args.repeats):
         set_dense_rows(engine, dense_rows)
+        requests = fresh()
         ours.append(engine_serve(engine, requests))
         print(f"serving repeat {rep + 1}: {system} engine {ours[-1]['tokens_per_s']:.1f} tok/s",
               file=sys.stderr)
-        if has_torch_kernels(engine):
+        if has_dense_path(engine):
             set_dense_rows(engine, None)
-            packed.append(engine_serve(engine, requests))
-            print(f"serving repeat {rep + 1}: {system} engine, packed kernels only "
+            packed.append(engine_serve(engine, fresh()))
+            print(f"serving repeat {rep + 1}: {system} engine, kernels only "
                   f"{packed[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)
         else:
-            packed.append(ours[-1])  # native kernels: no dense path to switch
+            packed.append(ours[-1])  # kernels with no dense path to switch
         if worker:
             theirs.append(worker.ask(cmd="serve", requests=requests))
             print(f"serving repeat {rep + 1}: llama.cpp {theirs[-1]['tokens_per_s']:.1f} tok/s", file=sys.stderr)

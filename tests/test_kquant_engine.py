@@ -78,13 +78,17 @@ def test_logits_close_to_the_dequantized_model(tmp_path, arch):
     assert (a - b).abs().max() <= LOGIT_TOLERANCE * a.abs().max(), (a - b).abs().max() / a.abs().max()
 
 
-def test_greedy_tokens_equal_the_dequantized_model(kquant_file):
+@pytest.mark.parametrize("dense_min_rows", [None, 6])
+def test_greedy_tokens_equal_the_dequantized_model(kquant_file, dense_min_rows):
     """Engine greedy tokens equal before the first step where float32's top two logits are within the tolerance;
-    teacher-forced along float32's path, the native argmax is float32's wherever they are not."""
+    teacher-forced along float32's path, the native argmax is float32's wherever they are not. With dense_min_rows
+    the prefill runs the dense path (bf16 GEMM where the CPU has bf16 units: a rounding of 2^-9, finer than the
+    int8 activations' the tolerance is derived for) and the decode steps (6 rows) the kernel."""
     from tiers import Engine, SamplingParams
 
     params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
-    engines = {q: Engine.from_pretrained(kquant_file, quantization=q, kv_cache_bytes=8 << 20)
+    engines = {q: Engine.from_pretrained(kquant_file, quantization=q, kv_cache_bytes=8 << 20,
+                                         quantized_dense_min_rows=dense_min_rows if q else None)
                for q in ("auto", None)}
     assert engines[None].runner.model.layers[0].mlp.down_proj.__class__.__name__ == "Linear"
     generator = torch.Generator().manual_seed(0)
@@ -112,3 +116,25 @@ def test_other_modes_dequantize_gguf_blocks(kquant_file):
         model = Engine.from_pretrained(kquant_file, quantization=quantization, kv_cache_bytes=8 << 20).runner.model
         projections = [m for n, m in model.named_modules() if n.endswith("_proj")]
         assert {getattr(m, "kernel", None) for m in projections} == kernels, quantization
+
+
+def test_many_rows_take_the_dense_path_and_few_the_kernel(kquant_file):
+    """dense_min_rows: a projection fed that many rows multiplies the dequantized weight with torch's GEMM (in
+    dense_dtype()), fewer rows go to the kernel; the one-call native layer steps aside for such steps."""
+    from tiers import Engine
+    from tiers.quantization.kquant import gemm
+    from tiers.quantization.kquant_dense import dense_dtype
+
+    engine = Engine.from_pretrained(kquant_file, quantization="auto", kv_cache_bytes=8 << 20,
+                                    quantized_dense_min_rows=6)
+    layer = engine.runner.model.layers[0]
+    proj = layer.mlp.gate_up_proj
+    assert proj.dense_min_rows == 6 and layer.native_layer is not None
+    assert layer.native_layer.runs(5) and not layer.native_layer.runs(6)
+    x = torch.randn(6, proj.in_features, generator=torch.Generator().manual_seed(0))
+    weight = proj.dequantized_weight()
+    dense = torch.nn.functional.linear(x.to(dense_dtype()), weight.to(dense_dtype())).float()
+    assert torch.equal(proj(x), dense)
+    assert torch.equal(proj(x[:5]), gemm(proj.native, x[:5], proj.kq))
+    with pytest.raises(Exception, match="dense_min_rows must be >= 1"):
+        Engine.from_pretrained(kquant_file, quantization="auto", kv_cache_bytes=8 << 20, quantized_dense_min_rows=0)

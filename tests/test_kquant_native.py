@@ -11,6 +11,7 @@ import torch
 from tests.kquant_helpers import make_blocks
 from tiers.native import DEFAULT_FLAGS, build_library, native_library
 from tiers.quantization.kquant import BLOCK_TYPES, KQuantWeight, gemm, gather_rows
+from tiers.quantization.kquant_dense import dequantize_into
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(native_library() is None, reason="the native kernel does not build here")]
@@ -74,6 +75,18 @@ def test_dequantized_rows_equal_gguf_bit_for_bit(kind):
         assert torch.equal(weight._dequantize_gguf(torch.float32), want)
         assert torch.equal(gather_rows(weight, torch.tensor([[3, 0], [n - 1, 3]]), torch.float32),
                            want[[3, 0, n - 1, 3]].view(2, 2, k))
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_the_dense_paths_weight_is_the_stored_blocks_on_every_isa(library, kind):
+    """The dense path's dequantization (threaded, vectorized) gives gguf's float32 values, and in bfloat16 exactly
+    torch's round-to-nearest-even of them."""
+    weight, blocks = _weight(kind, 37, 512, 4)
+    want = _gguf_dequantize(kind, blocks, 37, 512)
+    mixed = KQuantWeight.cat([weight, _weight("Q8_0", 3, 512, 5)[0]])  # two parts, one buffer
+    assert torch.equal(dequantize_into(library, weight, torch.float32), want)
+    assert torch.equal(dequantize_into(library, weight, torch.bfloat16), want.to(torch.bfloat16))
+    assert torch.equal(dequantize_into(library, mixed, torch.float32), mixed.dequantize())
 
 
 @pytest.mark.parametrize("kind", TYPES)

@@ -51,11 +51,13 @@ class EngineConfig:
     # keeps it INT8 on the native kernel whatever this says (exact: the same blocks and scales).
     quantize_lm_head: bool = False
     # On CPU, quantized projections fed at least this many rows at once (prefill chunks, large decode batches) run
-    # as one float32 GEMM over the weight dequantized for the call instead of torch's packed INT4/INT8 kernels,
-    # whose cost grows with every row (~2x faster at 512 rows, break-even near 128). INT4 layers then also keep
-    # their nibbles in a portable layout (+0.5 byte per weight). Off by default: the GEMM's rounding differs from
-    # the packed kernel's, so a request's tokens would depend on how many rows its step carried (batch
-    # composition, chunking), which the packed kernels' row-by-row results do not. None: always the packed kernels.
+    # as one GEMM over the weight dequantized for the call instead of the per-row kernels, whose cost grows with
+    # every row: torch's packed INT4/INT8 kernels (float32 GEMM, ~2x faster at 512 rows, break-even near 128;
+    # INT4 layers then keep their nibbles in a portable layout too, +0.5 byte per weight) and GGUF blocks run as
+    # stored (cpu_kq: a bfloat16 GEMM where the CPU has bf16 units, float32 elsewhere; 5x a Qwen 1.5B's prefill
+    # at 128). Off by default: the GEMM's rounding differs from the kernel's, so a request's tokens would depend
+    # on how many rows its step carried (batch composition, chunking), which the kernels' row-by-row results do
+    # not. None: always the kernels.
     quantized_dense_min_rows: int | None = None
     # The quantized projections' CPU kernels: None (auto) or "native" takes AIO's own (tiers/native/w4a8.c, built
     # at first use with the system's C compiler: int8 activations per block of 32, as llama.cpp; float32

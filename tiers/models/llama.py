@@ -94,7 +94,7 @@ class LlamaDecoderLayer(nn.Module):
                 ) -> torch.Tensor:
         tables = getattr(meta, "token_tables", None)  # the native attention backend's
         if (self.native_layer is not None and tables is not None and _native_rows(self.native, x)
-                and x.is_contiguous() and rope[0].dtype == torch.float32):
+                and x.is_contiguous() and rope[0].dtype == torch.float32 and self.native_layer.runs(x.shape[0])):
             k_cache, v_cache = meta.kv_caches[self.self_attn.attn.layer_idx]
             return self.native_layer.forward(self.native, x, rope, k_cache, v_cache, meta.slot_mapping, tables)
         x = x + self.self_attn(self.input_layernorm(x), rope, meta)

@@ -178,27 +178,65 @@ static inline void codes_c(int type, const uint8_t *g, int j, uint8_t *out) {
     }
 }
 
+/* Round-to-nearest-even float32 -> bfloat16 bits (finite inputs; what torch's .to(torch.bfloat16) gives). */
+static inline uint16_t bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* One row of `type` blocks into K floats (bf16 == 0; gguf's dequantizer's values) or their bfloat16 bits.
+ * TYPE is a constant per inlined copy, so the decoding and the two loops of 16 vectorize. */
+static inline __attribute__((always_inline)) void dequantize_row(const int TYPE, const uint8_t *row, int64_t K,
+                                                                 int bf16, void *out) {
+    const int64_t ge = group_elems(TYPE), gb = group_bytes(TYPE);
+    const int sgn = is_signed(TYPE);
+    for (int64_t gi = 0; gi < K / ge; gi++) {
+        const uint8_t *g = row + gi * gb;
+        float lo[8], hi[8], mn[8];
+        group_scales(TYPE, g, lo, hi, mn);
+        for (int j = 0; j < subs_per_group(TYPE); j++) {
+            uint8_t c[32];
+            float v[32];
+            codes_c(TYPE, g, j, c);
+            for (int l = 0; l < 16; l++) v[l] = sgn ? lo[j] * (float)(int8_t)c[l] : lo[j] * (float)c[l] + mn[j];
+            for (int l = 16; l < 32; l++) v[l] = sgn ? hi[j] * (float)(int8_t)c[l] : hi[j] * (float)c[l] + mn[j];
+            const int64_t o = gi * ge + j * QK;
+            if (bf16)
+                for (int l = 0; l < 32; l++) ((uint16_t *)out)[o + l] = bf16_bits(v[l]);
+            else
+                memcpy((float *)out + o, v, sizeof v);
+        }
+    }
+}
+
+/* out[N, K] float32 (bf16 == 0) or bfloat16 = the rows dequantized, rows split over nthreads: the weight of a
+ * many-row projection that goes to a dense GEMM (tiers/quantization/kquant.py dense_gemm). Returns -1 for a type
+ * or K this file does not take. */
+int aio_kq_dequantize_dense(const uint8_t *w, int64_t N, int64_t K, int type, void *out, int bf16, int nthreads) {
+    const int64_t rb = aio_kq_row_bytes(type, K), es = bf16 ? 2 : 4;
+    if (!rb) return -1;
+#define KQ_DEQ(T) dequantize_row(T, w + n * rb, K, bf16, (char *)out + n * K * es)
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (N * K >= 65536)
+    for (int64_t n = 0; n < N; n++) {
+        switch (type) {
+        case T_Q4_K: KQ_DEQ(T_Q4_K); break;
+        case T_Q5_K: KQ_DEQ(T_Q5_K); break;
+        case T_Q6_K: KQ_DEQ(T_Q6_K); break;
+        case T_Q8_0: KQ_DEQ(T_Q8_0); break;
+        case T_Q5_0: KQ_DEQ(T_Q5_0); break;
+        case T_Q5_1: KQ_DEQ(T_Q5_1); break;
+        case T_Q4_0: KQ_DEQ(T_Q4_0); break;
+        default: KQ_DEQ(T_Q4_1); break;
+        }
+    }
+#undef KQ_DEQ
+    return 0;
+}
+
 /* out[N, K] float32 = the rows dequantized (what gguf's dequantizer gives: scale * code + min) */
 int aio_kq_dequantize(const uint8_t *w, int64_t N, int64_t K, int type, float *out) {
-    const int64_t rb = aio_kq_row_bytes(type, K), ge = group_elems(type), gb = group_bytes(type);
-    if (!rb) return -1;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t gi = 0; gi < K / ge; gi++) {
-            const uint8_t *g = w + n * rb + gi * gb;
-            float lo[8], hi[8], mn[8];
-            group_scales(type, g, lo, hi, mn);
-            for (int j = 0; j < subs_per_group(type); j++) {
-                uint8_t c[32];
-                codes_c(type, g, j, c);
-                float *o = out + n * K + gi * ge + j * QK;
-                for (int l = 0; l < QK; l++) {
-                    const float code = is_signed(type) ? (float)(int8_t)c[l] : (float)c[l];
-                    const float s = l < 16 ? lo[j] : hi[j];
-                    o[l] = is_signed(type) ? s * code : s * code + mn[j];
-                }
-            }
-        }
-    return 0;
+    return aio_kq_dequantize_dense(w, N, K, type, out, 0, 1);
 }
 
 /* ---------------------------------------------------------------- activations */

@@ -34,6 +34,7 @@ class NativeLayer:
     def __init__(self, layer: torch.nn.Module) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         projections, norms = _parts(layer)
+        self.projections = projections
         bias = projections[0].bias
         self.tensors = [p.qweight for p in projections if p.kernel != "cpu_kq"] + list(norms) + [bias]
         self.kq_structs: list[KQWeightStruct] = []
@@ -50,6 +51,10 @@ class NativeLayer:
         struct = KQWeightStruct(nparts, ctypes.addressof(ptrs), ctypes.addressof(ns), ctypes.addressof(types))
         self.kq_structs.append(struct)
         return ctypes.addressof(struct)
+
+    def runs(self, rows: int) -> bool:
+        """Whether a step of `rows` rows runs here: not when a projection hands that many to its dense path."""
+        return all(p.dense_min_rows is None or rows < p.dense_min_rows for p in self.projections)
 
     @staticmethod
     def supports(layer: torch.nn.Module) -> bool:

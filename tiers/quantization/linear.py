@@ -11,9 +11,10 @@ The kernel is chosen once, when the layer is built on its device:
 - int4 on CUDA with triton importable: the Triton W4A16 kernel (tiers.quantization.triton_w4a16; group sizes that
   are multiples of 32);
 - anything else (int8 on CUDA, odd shapes, a torch without the op): dequantize the weight and matmul ("dequant").
-With dense_min_rows, the two CPU kernels hand inputs of at least that many rows (prefill chunks, large decode
+With dense_min_rows, the two torch CPU kernels hand inputs of at least that many rows (prefill chunks, large decode
 batches) to one float32 GEMM over the weight dequantized for the call: the packed kernels' cost grows with every
-row, where MKL's GEMM amortises the weight (~2x faster per call at 512 rows; docs/benchmarks.md). An int4 layer
+row, where MKL's GEMM amortises the weight (~2x faster per call at 512 rows; docs/benchmarks.md). cpu_kq does the
+same in bfloat16 where the CPU has bf16 units (tiers.quantization.kquant_dense). An int4 layer
 then keeps its nibbles in the portable layout too (+0.5 byte per weight): torch's packed layout is CPU-specific.
 Callers pass and get back their own dtype (float32 or bf16): the kernels' bf16 cast happens inside.
 """
@@ -30,6 +31,7 @@ from tiers.native import native_library
 from tiers.quantization.cpu_native import gemm
 from tiers.quantization import kquant
 from tiers.quantization.kquant import KQuantWeight
+from tiers.quantization import kquant_dense
 
 INT4_CPU_GROUP_SIZES = (32, 64, 128, 256)
 # The projections of tiers.models.llama (and their unfused Hugging Face names). lm_head / embed_tokens stay as is.
@@ -83,8 +85,10 @@ class QuantizedLinear(nn.Module):
         dense_min_rows: see the module docstring (CPU kernels only; None: always the packed kernel).
         A KQuantWeight runs on "cpu_kq" only (CPU, native library): callers dequantize it elsewhere."""
         super().__init__()
+        if dense_min_rows is not None and dense_min_rows < 1:
+            raise QuantizationError(f"dense_min_rows must be >= 1, got {dense_min_rows}")
         if isinstance(weight, KQuantWeight):
-            self._init_kquant(weight, bias, device, kernel)
+            self._init_kquant(weight, bias, device, kernel, dense_min_rows)
             return
         if not isinstance(weight, (Int4Weight, Int8Weight)):
             raise QuantizationError(f"QuantizedLinear takes an Int4Weight or Int8Weight, got {type(weight).__name__}")
@@ -106,8 +110,6 @@ class QuantizedLinear(nn.Module):
                                     "(and needs triton)")
         self.kernel = kernel
         self.device = device
-        if dense_min_rows is not None and dense_min_rows < 1:
-            raise QuantizationError(f"dense_min_rows must be >= 1, got {dense_min_rows}")
         # not for the native kernels: their int8 activations are the computation, and they scale as well as a GEMM
         self.dense_min_rows = dense_min_rows if kernel in ("cpu_int4pack", "cpu_int8pack") else None
         self.native = native_library() if kernel in NATIVE_KERNELS else None
@@ -137,14 +139,14 @@ class QuantizedLinear(nn.Module):
         self.bias = nn.Parameter(bias.detach().to(device), requires_grad=False) if bias is not None else None
 
     def _init_kquant(self, weight: KQuantWeight, bias: torch.Tensor | None, device: torch.device | str | None,
-                     kernel: str | None) -> None:
+                     kernel: str | None, dense_min_rows: int | None) -> None:
         device = torch.device(device or "cpu")
         if device.type != "cpu" or kernel not in (None, "native", "cpu_kq") or native_library() is None:
             raise QuantizationError(f"GGUF {'/'.join(weight.types)} weights run on the native CPU kernel only "
                                     f"(device {device}, kernel {kernel!r}): dequantize them for anything else")
         self.out_features, self.in_features = weight.shape
         self.mode, self.group_size, self.kernel, self.device = "kquant", None, "cpu_kq", device
-        self.dense_min_rows = None
+        self.dense_min_rows = dense_min_rows  # tiers.quantization.kquant_dense
         self.native = native_library()
         self.kq = weight
         for i, (_, rows) in enumerate(weight.parts):  # counted in resident_bytes / weight_bytes
@@ -203,6 +205,8 @@ class QuantizedLinear(nn.Module):
 
     def _kernel_matmul(self, x2: torch.Tensor) -> torch.Tensor:
         if self.dense_min_rows is not None and x2.shape[0] >= self.dense_min_rows:
+            if self.kernel == "cpu_kq":
+                return kquant_dense.dense_gemm(self.native, x2, self.kq)
             y = F.linear(x2.float(), self._dense_weight())
             if self.kernel == "cpu_int8pack":
                 y = y * self.scales.float()
