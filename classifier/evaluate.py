@@ -1,5 +1,5 @@
 """Evaluate the learned classifier: `python -m classifier.evaluate [--cache-dir DIR] [--folds 5] [--repeats 3]
-[--only gsm8k,mmlu,zeroeval,chat] [--plot PATH]`.
+[--only gsm8k,mmlu,zeroeval,chat,open] [--plot PATH]`.
 
 Every figure comes from grouped, repeated k-fold cross-validation over each data set's train+dev rows (folds
 grouped so that near-duplicate questions never straddle a train/test boundary; `classifier.cv`), trained with
@@ -14,7 +14,10 @@ bootstrap interval over queries (`classifier.cv_report`). No single dev split, n
   calibration error over 10 bins, out of fold;
 - chat: the shipped default against the hand-labelled chat sanity set (`classifier/data`): Kendall's tau, the
   share of explicit easy/hard pairs and of same-category clearly-easy/clearly-hard pairs ordered right, and the
-  tier chit-chat gets.
+  tier chit-chat gets;
+- open: the shipped default on the open-ended set scored by outcomes (`classifier.open_ended`; produced by
+  `python -m benchmarks.open_ended`): APGR, CPT(50%) and PGR at 20/30/50% with small and with medium as the weak
+  tier, the router's mean score against the judged gap per category, and their Spearman correlation per prompt.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from classifier import cv_report, routing_metrics as rm
+from classifier import cv_report, open_ended, routing_metrics as rm
 from classifier.cv import fmt
 from classifier.data import (REPO_ROOT, ROUTELLM_SETS, ZEROEVAL_COSTS, ZEROEVAL_TIERS, cheapest_correct, load_routellm,
                              load_zeroeval)
@@ -152,6 +155,23 @@ def evaluate_chat(args, emb) -> dict:
     return result
 
 
+def evaluate_open(args) -> open_ended.OpenEndedReport | None:
+    """The shipped default (or `--classifier`) on the open-ended set's outcomes, if they have been produced."""
+    from classifier.learned import load_folder
+
+    path = Path(args.open_outcomes)
+    if not path.is_file():
+        print(f"\nopen-ended set: no outcomes at {path}; produce them with `{open_ended.PRODUCE}` (the family demo "
+              "answers and judges every prompt)")
+        return None
+    outcomes = open_ended.load_outcomes(path)
+    clf = load_folder(args.classifier) if args.classifier else __import__("classifier").load_default()
+    report = open_ended.evaluate(outcomes, clf.predict_proba(outcomes.texts), n_boot=args.boot, seed=args.seed)
+    print(f"\nopen-ended set ({len(outcomes.texts)} prompts scored by outcome), classifier {clf.version}")
+    print(open_ended.format_report(report), flush=True)
+    return report
+
+
 def plot(rows, correct, best, path: Path) -> None:
     import matplotlib
 
@@ -194,16 +214,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--boot", type=int, default=1000, help="bootstrap resamples for the intervals")
-    parser.add_argument("--only", default=",".join((*ROUTELLM_SETS, "zeroeval", "chat")), help="comma-separated subset")
-    parser.add_argument("--classifier", default=None, help="chat: a classifier folder (default: the shipped one)")
+    parser.add_argument("--only", default=",".join((*ROUTELLM_SETS, "zeroeval", "chat", "open")),
+                        help="comma-separated subset")
+    parser.add_argument("--classifier", default=None, help="chat, open: a classifier folder (default: the shipped one)")
+    parser.add_argument("--open-outcomes", default=str(open_ended.OUTCOMES_PATH),
+                        help="open: the outcomes file `python -m benchmarks.open_ended` wrote")
     parser.add_argument("--plot", default=str(REPO_ROOT / "docs" / "routing_cost_accuracy.png"))
     parser.add_argument("--cache-dir", default=None, help="keep embeddings here between runs")
     args = parser.parse_args(argv)
     if args.folds < 2 or args.repeats < 1 or args.boot < 10:
         parser.error("--folds must be >= 2, --repeats >= 1, --boot >= 10")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    emb = Embeddings(args.cache_dir)
     only = set(args.only.split(","))
+    emb = Embeddings(args.cache_dir) if only & {*ROUTELLM_SETS, "zeroeval"} else None  # loads the encoder
     for name in ROUTELLM_SETS:
         if name in only:
             evaluate_routellm(name, args, emb)
@@ -211,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         evaluate_zeroeval(args, emb)
     if "chat" in only:
         evaluate_chat(args, emb)
+    if "open" in only:
+        evaluate_open(args)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Two tiers (RouteLLM, arXiv 2406.18665): each query has a score "needs the strong model" (for a classifier,
 1 - P(label 0)). Routing the fraction `c` of queries with the highest scores to the strong model gives
-quality(c) = mean correctness of the model each query went to, and
+quality(c) = mean correctness of the model each query went to (or its mean score: every two-tier function takes
+real-valued per-query qualities, e.g. a judge's 1-10 ratings, as well as 0/1 correctness), and
 
     PGR(c)  = (quality(c) - quality(weak only)) / (quality(strong only) - quality(weak only))
     CPT(x)  = the smallest c (a multiple of 1/n) with PGR(c) >= x
