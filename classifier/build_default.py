@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
                         "../shared/data/routing)")
     parser.add_argument("--out", default=str(DEFAULT_DIR), help="output folder (default classifier/default)")
     parser.add_argument("--seed-only", action="store_true", help="write the seed CSV only")
+    parser.add_argument("--head-only", action="store_true", help="keep the shipped seed CSV and embeddings and "
+                        "train the head on them (the shipped vectors, within 1/8 of a standard deviation of the "
+                        "encoder's): for a change of training weights, without encoding 11,000 texts")
     parser.add_argument("--cache-dir", default=None, help="reuse the embeddings `python -m classifier.evaluate "
                         "--cache-dir` keeps there (same encoder, keyed by text)")
     args = parser.parse_args(argv)
@@ -38,17 +41,24 @@ def main(argv: list[str] | None = None) -> int:
                                  write_seed_data)
     from classifier.seed_embeddings import write as write_seed_embeddings
 
-    texts, labels, sources = build_seed_rows(args.data_dir)
-    write_seed_data(texts, labels, sources)
+    if not args.head_only:
+        texts, labels, sources = build_seed_rows(args.data_dir)
+        write_seed_data(texts, labels, sources)
     texts, labels, sources = load_seed_data()  # train on exactly what ships
     print(f"seed data: {len(texts)} texts, labels per tier {label_counts(labels)} -> {SEED_PATH.name}")
     if args.seed_only:
         print("the shipped seed embeddings were not rebuilt: `python -m classifier.seed_embeddings`")
         return 0
     embed = Embeddings(args.cache_dir)
-    distinct = list(dict.fromkeys(texts))
-    path = write_seed_embeddings(distinct, embed(distinct), RECIPE_ENCODER, embed.encoder.encode)
-    print(f"seed embeddings: {len(distinct)} texts -> {path.name} ({path.stat().st_size / 1e6:.2f} MB)")
+    if args.head_only:
+        from classifier.seed_embeddings import ShippedEmbeddings, key
+
+        shipped = ShippedEmbeddings.read()
+        embed.memo.update({Embeddings.key(t): v for t in dict.fromkeys(texts) if (v := shipped.get(key(t))) is not None})
+    else:
+        distinct = list(dict.fromkeys(texts))
+        path = write_seed_embeddings(distinct, embed(distinct), RECIPE_ENCODER, embed.encoder.encode)
+        print(f"seed embeddings: {len(distinct)} texts -> {path.name} ({path.stat().st_size / 1e6:.2f} MB)")
     keep = [i for i, t in enumerate(texts) if not is_holdout(t)]
     texts, labels, weights = [texts[i] for i in keep], [labels[i] for i in keep], seed_weights(sources)[keep]
     print(f"training on {len(texts)} rows outside the retrain hold-out split")

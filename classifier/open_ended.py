@@ -31,6 +31,7 @@ OUTCOMES_PATH = DATA_DIR / "open_ended_outcomes.jsonl"
 CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 TIERS = ("small", "medium", "large")
 PAIRS = (("small", "large"), ("medium", "large"))
+OUTCOME_TOLERANCE = 1.0  # a tier within a point (of 1-10) of the large tier's answer is good enough
 PRODUCE = "python -m benchmarks.open_ended --out classifier/data/open_ended_outcomes.jsonl"
 
 
@@ -145,6 +146,15 @@ def load_outcomes(path: str | Path = OUTCOMES_PATH) -> Outcomes:
     scores = {t: np.array([_score(path, number, row, t) for number, row in rows]) for t in tiers}
     return Outcomes([_field(path, n, r, "id") for n, r in rows], [_category(path, n, r) for n, r in rows],
                     [_field(path, n, r, "text") for n, r in rows], scores)
+
+
+def outcome_labels(outcomes: Outcomes, tolerance: float = OUTCOME_TOLERANCE) -> tuple[np.ndarray, np.ndarray]:
+    """(the prompts every tier has a score for, their training label: the cheapest tier whose score is within
+    `tolerance` of the large tier's; small when every tier failed alike, as the seed data labels such rows)."""
+    scores = np.stack([outcomes.scores[t] for t in TIERS], axis=1)
+    rows = np.nonzero(~np.isnan(scores).any(axis=1))[0]
+    good = scores[rows] >= scores[rows, -1:] - tolerance
+    return rows, good.argmax(axis=1).astype(np.int64)
 
 
 def needs_strong(proba: np.ndarray, weak_index: int) -> np.ndarray:

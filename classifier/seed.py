@@ -9,7 +9,9 @@ Built by `python -m classifier.build_default` from the train splits of the routi
   cheap side of the uncertainty (the quality knob and the monitor move traffic up when that is wrong).
 - the hand-labelled everyday-chat prompts (`classifier/data/chat_train.jsonl`; difficulty 1–2 → 0, 3 → 1,
   4–5 → 2), source `chat:<category>`: the benchmarks hold no chat, and without these the router learned that
-  short means hard. `build_default` weights them by `CHAT_WEIGHT`.
+  short means hard. `build_default` weights them by `CHAT_WEIGHT`;
+- the open-ended prompts labelled by outcome (`classifier.open_ended.outcome_labels`), source `open:<category>`,
+  at `OPEN_WEIGHT`, when that is above 0 (today it is 0: cross-validation did not favour them).
 `aio retrain` merges it with the labelled request log.
 """
 from __future__ import annotations
@@ -25,7 +27,11 @@ SEED_PATH = Path(__file__).resolve().parent / "seed" / "seed_train.csv.gz"
 WEAK_STRONG_TO_TIER = (0, 2)  # RouteLLM two-tier labels → AIO's three tiers
 HOLDOUT_PERCENT = 15
 CHAT_SOURCE = "chat:"
-CHAT_WEIGHT = 20.0  # weight of a chat row in the default's training (`python -m classifier.select_router --only chat`)
+OPEN_SOURCE = "open:"
+# Training weights of the default's hand-labelled chat rows and outcome-labelled open-ended rows, chosen by
+# cross-validation on outcome labels (`python -m classifier.outcome_weights`; docs/routing.md)
+CHAT_WEIGHT = 2.0
+OPEN_WEIGHT = 0.0  # 0: the open-ended prompts stay out of the seed data (and out of `aio retrain`'s)
 
 csv.field_size_limit(1 << 24)
 
@@ -49,12 +55,21 @@ def build_seed_rows(data_folder=None) -> tuple[list[str], list[int], list[str]]:
     texts += chat.texts
     labels += [int(v) for v in difficulty_to_tier(chat.difficulty)]
     sources += [f"{CHAT_SOURCE}{c}" for c in chat.categories]
+    from classifier.open_ended import OUTCOMES_PATH, load_outcomes, outcome_labels
+
+    if OPEN_WEIGHT > 0 and OUTCOMES_PATH.is_file():
+        outcomes = load_outcomes(OUTCOMES_PATH)
+        rows, open_labels = outcome_labels(outcomes)
+        texts += [outcomes.texts[i] for i in rows]
+        labels += open_labels.tolist()
+        sources += [f"{OPEN_SOURCE}{outcomes.categories[i]}" for i in rows]
     return texts, labels, sources
 
 
 def seed_weights(sources) -> np.ndarray:
-    """Training weights of seed rows: `CHAT_WEIGHT` for chat rows, 1 otherwise."""
-    return np.array([CHAT_WEIGHT if s.startswith(CHAT_SOURCE) else 1.0 for s in sources])
+    """Training weights of seed rows: `CHAT_WEIGHT` for chat rows, `OPEN_WEIGHT` for open-ended ones, 1 otherwise."""
+    return np.array([CHAT_WEIGHT if s.startswith(CHAT_SOURCE) else OPEN_WEIGHT if s.startswith(OPEN_SOURCE) else 1.0
+                     for s in sources])
 
 
 def is_holdout(text: str) -> bool:

@@ -1,0 +1,169 @@
+"""Choose the training weights of the default's non-benchmark rows by cross-validation on OUTCOME labels (issue 26):
+`python -m classifier.outcome_weights [--chat-weights 0,1,5,20] [--open-weights 0,5,20] [--folds 5]`.
+
+The default trains on the seed data: benchmark rows labelled by outcome (which model was right) at weight 1, and
+the hand-labelled chat prompts (difficulty → tier, people's impressions) at a weight. This script adds a third
+kind, the open-ended prompts labelled by outcome (`classifier.open_ended.outcome_labels`: the cheapest tier whose
+score is within a point of the large tier's, from `python -m benchmarks.open_ended`), and for
+every pair (chat weight, open-ended weight) cross-validates the mix: grouped 5-fold over all rows (near-duplicate
+texts in one fold), the recipe's logistic head with C fixed at 1e-3 (the value its inner search picks on this
+data), out-of-fold probabilities. It reports, per pair:
+- outcome log loss: the out-of-fold log loss of the benchmark rows (outcome labels; lower is better);
+- open-ended APGR and CPT(50%): RouteLLM's metrics on the open-ended prompts' out-of-fold scores, weak = small,
+  strong = large, quality = the judged / computed score, with 90% bootstrap intervals;
+- chat gate: the hand-labelled chat TRAINING prompts' same-category easy/hard pairs ordered right by their
+  out-of-fold scores: a check that must stay at or above `PAIR_GATE`, not something to maximise;
+- chat sanity pairs: a model trained on all rows of the mix, scored on the chat SANITY set's explicit pairs (never
+  trained on, never used to choose): printed as the check the issue names, after the choice.
+The rule: among the pairs that pass the chat gate and whose outcome log loss is within `LOSS_SLACK` of the best,
+the highest open-ended APGR. Hand labels decide nothing but the gate. The chosen pair's open-ended figures were
+selected on the same folds, so they lean optimistic by the spread between candidates (printed beside them).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from classifier import cv_report, families
+from classifier.chat_data import TRAIN_PATH, ChatSet, agreement, category_pairs, difficulty_score, load_chat, pair_order
+from classifier.cv import bootstrap, cross_val_proba, fmt, near_duplicate_groups
+from classifier.errors import ClassifierError
+from classifier.features import feature_matrix
+from classifier.open_ended import Outcomes, load_outcomes, outcome_labels
+from classifier.seed import CHAT_SOURCE, OPEN_SOURCE, is_holdout, load_seed_data
+
+PAIR_GATE = 0.95  # the chat sanity set's explicit pairs ordered right, at least
+LOSS_SLACK = 0.005  # outcome log loss within this of the best candidate's
+C = 1e-3
+
+
+@dataclass
+class Mix:
+    texts: list[str]
+    labels: np.ndarray
+    kinds: np.ndarray  # "bench", "chat" or "open" per row
+    open_scores: dict[str, np.ndarray]  # tier -> score of each open row, in row order
+    chat_pairs: list[tuple[int, int]] = field(default_factory=list)  # (easy, hard) mix rows, same category
+
+
+@dataclass
+class Candidate:
+    chat_weight: float
+    open_weight: float
+    outcome_log_loss: float
+    open_report: dict  # cv_report.two_tier's
+    chat_gate: tuple[float, float, float]  # out-of-fold, chat training prompts' category pairs
+    chat_pairs: tuple[float, float, float]  # the sanity set's explicit pairs
+
+
+def build_mix(outcomes: Outcomes | None) -> Mix:
+    """The default's training rows (seed rows outside the retrain hold-out) plus the scored open-ended prompts."""
+    texts, labels, sources = load_seed_data()
+    keep = [i for i, t in enumerate(texts) if not is_holdout(t) and not sources[i].startswith(OPEN_SOURCE)]
+    kinds = ["chat" if sources[i].startswith(CHAT_SOURCE) else "bench" for i in keep]
+    texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
+    open_scores: dict[str, np.ndarray] = {}
+    if outcomes is not None:
+        rows, open_y = outcome_labels(outcomes)
+        texts += [outcomes.texts[i] for i in rows]
+        labels += open_y.tolist()
+        kinds += ["open"] * len(rows)
+        open_scores = {t: outcomes.scores[t][rows] for t in ("small", "medium", "large")}
+    train = load_chat(TRAIN_PATH)
+    row_of = {t: i for i, t in enumerate(texts)}
+    present = [i for i, t in enumerate(train.texts) if t in row_of]
+    sub = ChatSet([train.ids[i] for i in present], [train.texts[i] for i in present], train.difficulty[present],
+                  [train.categories[i] for i in present], [None] * len(present))
+    pairs = [(row_of[sub.texts[e]], row_of[sub.texts[h]]) for e, h in category_pairs(sub)]
+    return Mix(texts, np.asarray(labels), np.asarray(kinds), open_scores, pairs)
+
+
+def weights_of(mix: Mix, chat_weight: float, open_weight: float) -> np.ndarray:
+    return np.select([mix.kinds == "chat", mix.kinds == "open"], [chat_weight, open_weight], 1.0)
+
+
+def evaluate_candidate(mix: Mix, d: families.Inputs, groups: np.ndarray, chat_weight: float, open_weight: float,
+                       sanity, sanity_x: np.ndarray, args) -> Candidate:
+    d.w = weights_of(mix, chat_weight, open_weight)
+    train_rows = np.nonzero(d.w > 0)[0]
+    bench = np.nonzero(mix.kinds == "bench")[0]
+    opened = np.nonzero(mix.kinds == "open")[0]
+    eval_rows = np.concatenate([bench, opened, np.nonzero(mix.kinds == "chat")[0]])
+    oof = cross_val_proba(lambda tr, te: families.logistic(d, np.intersect1d(tr, train_rows), te, c=C),
+                          len(mix.texts), 3, groups, args.folds, 1, seed=args.seed, eval_rows=eval_rows)
+    loss = cv_report.log_loss_of(oof[:, bench], mix.labels[bench])
+    report = (cv_report.two_tier(oof[:, opened], mix.open_scores["small"], mix.open_scores["large"],
+                                 n_boot=args.boot, seed=args.seed) if len(opened) else {})
+    scores = difficulty_score(oof[0])
+    gate = bootstrap(lambda idx: pair_order(scores, [mix.chat_pairs[i] for i in idx]), len(mix.chat_pairs),
+                     args.boot, args.seed)
+    full = families.fit_linear_head(d.x[train_rows], d.y[train_rows], d.w[train_rows], 3, C, 0)
+    pairs = agreement(difficulty_score(full.proba(sanity_x)), sanity, n_boot=args.boot, seed=args.seed)
+    return Candidate(chat_weight, open_weight, loss, report, gate, pairs["explicit_pairs"])
+
+
+def choose(candidates: list[Candidate]) -> Candidate | None:
+    """The rule of the module docstring; None when no candidate passes the chat check."""
+    passing = [c for c in candidates if c.chat_gate[0] >= PAIR_GATE]
+    if not passing:
+        return None
+    best_loss = min(c.outcome_log_loss for c in passing)
+    near = [c for c in passing if c.outcome_log_loss <= best_loss + LOSS_SLACK]
+    return max(near, key=lambda c: c.open_report.get("apgr", (0.0,))[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m classifier.outcome_weights", description=__doc__.split("\n")[0])
+    parser.add_argument("--chat-weights", default="0,1,5,20", type=lambda s: [float(v) for v in s.split(",")])
+    parser.add_argument("--open-weights", default="0,5,20", type=lambda s: [float(v) for v in s.split(",")])
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--boot", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", default=None, help="keep embeddings here between runs")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from classifier.evaluate import Embeddings
+    from classifier.seed_embeddings import ShippedEmbeddings, key
+
+    try:
+        outcomes = load_outcomes()
+    except ClassifierError as exc:
+        print(f"no open-ended outcomes ({exc}): candidates are compared on the benchmark rows only")
+        outcomes = None
+    mix = build_mix(outcomes)
+    emb = Embeddings(args.cache_dir)
+    shipped = ShippedEmbeddings.read()
+    emb.memo.update({Embeddings.key(t): v for t in dict.fromkeys(mix.texts)
+                     if (v := shipped.get(key(t))) is not None})
+    sanity = load_chat()
+    e = emb(mix.texts)
+    d = families.Inputs(e, feature_matrix(mix.texts), mix.labels, None, 3, texts=mix.texts)
+    sanity_x = np.hstack([emb(sanity.texts).astype(np.float64), feature_matrix(sanity.texts).astype(np.float64)])
+    groups = near_duplicate_groups(e)
+    counts = {k: int((mix.kinds == k).sum()) for k in ("bench", "chat", "open")}
+    print(f"mix: {counts}; {args.folds}-fold grouped CV, logistic head C={C}", flush=True)
+    candidates = []
+    for cw in args.chat_weights:
+        for ow in (args.open_weights if outcomes is not None else [0.0]):
+            c = evaluate_candidate(mix, d, groups, cw, ow, sanity, sanity_x, args)
+            candidates.append(c)
+            open_part = (f"open APGR {fmt(c.open_report['apgr'])} CPT(50%) {fmt(c.open_report['cpt50'], True)}"
+                         if c.open_report else "")
+            print(f"chat x{cw:<4g} open x{ow:<4g} outcome log loss {c.outcome_log_loss:.4f}  {open_part}  "
+                  f"chat gate (CV) {fmt(c.chat_gate, True)}", flush=True)
+    chosen = choose(candidates)
+    if chosen is None:
+        print(f"no candidate orders {PAIR_GATE:.0%} of the chat training pairs out of fold: none may ship")
+        return 1
+    apgrs = [c.open_report["apgr"][0] for c in candidates if c.open_report]
+    spread = f" (candidates' open APGR {min(apgrs):.3f}-{max(apgrs):.3f})" if apgrs else ""
+    print(f"chosen: chat weight {chosen.chat_weight:g}, open-ended weight {chosen.open_weight:g}{spread}; the chat "
+          f"sanity set's explicit pairs, trained on all the mix: {fmt(chosen.chat_pairs, True)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

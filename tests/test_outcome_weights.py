@@ -1,0 +1,42 @@
+"""classifier.outcome_weights: outcome labels of the open-ended prompts, the training weights per row kind, and the
+choice rule (the chat sanity pairs gate; outcome log loss, then open-ended APGR decide)."""
+from __future__ import annotations
+
+import numpy as np
+
+from classifier.open_ended import Outcomes
+from classifier.open_ended import outcome_labels
+from classifier.outcome_weights import PAIR_GATE, Candidate, Mix, choose, weights_of
+
+
+def _outcomes(small, medium, large) -> Outcomes:
+    n = len(small)
+    return Outcomes([f"o{i}" for i in range(n)], ["math"] * n, [f"t{i}" for i in range(n)],
+                    {"small": np.array(small, float), "medium": np.array(medium, float),
+                     "large": np.array(large, float)})
+
+
+def test_open_label_is_the_cheapest_tier_within_a_point_of_large():
+    rows, labels = outcome_labels(_outcomes([9, 3, 2, 1, np.nan], [8, 8, 3, 1, 5], [9, 9, 9, 1, 5]))
+    assert rows.tolist() == [0, 1, 2, 3]  # a prompt with an unscored tier is left out
+    assert labels.tolist() == [0, 1, 2, 0]  # all wrong alike: small (a larger tier would not help)
+
+
+def test_weights_per_row_kind():
+    mix = Mix(["a", "b", "c"], np.array([0, 1, 2]), np.array(["bench", "chat", "open"]), {})
+    assert weights_of(mix, 0.0, 5.0).tolist() == [1.0, 0.0, 5.0]
+
+
+def _candidate(cw, ow, loss, apgr, pairs) -> Candidate:
+    return Candidate(cw, ow, loss, {"apgr": (apgr, apgr - 0.1, apgr + 0.1)}, (pairs, pairs - 0.05, pairs),
+                     (1.0, 1.0, 1.0))
+
+
+def test_choice_gates_on_chat_pairs_then_outcomes_decide():
+    cands = [_candidate(20, 0, 0.500, 0.55, 0.99),   # hand labels heavy: passes the gate, worst open APGR
+             _candidate(0, 20, 0.501, 0.80, 0.90),   # best APGR but fails the chat check: may not ship
+             _candidate(5, 20, 0.502, 0.75, 0.96),
+             _candidate(1, 20, 0.530, 0.85, 0.97)]   # best passing APGR but outcome loss far worse
+    chosen = choose(cands)
+    assert (chosen.chat_weight, chosen.open_weight) == (5, 20)
+    assert choose([_candidate(0, 0, 0.5, 0.9, PAIR_GATE - 0.01)]) is None
