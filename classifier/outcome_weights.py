@@ -1,5 +1,5 @@
 """Choose the training weights of the default's non-benchmark rows by cross-validation on OUTCOME labels (issue 26):
-`python -m classifier.outcome_weights [--chat-weights 0,1,5,20] [--open-weights 0,5,20] [--folds 5]`.
+`python -m classifier.outcome_weights [--chat-weights 0,1,2,5,10,20] [--open-weights 0,5,20] [--folds 5]`.
 
 The default trains on the seed data: benchmark rows labelled by outcome (which model was right) at weight 1, and
 the hand-labelled chat prompts (difficulty → tier, people's impressions) at a weight. This script adds a third
@@ -14,7 +14,9 @@ data), out-of-fold probabilities. It reports, per pair:
 - chat gate: the hand-labelled chat TRAINING prompts' same-category easy/hard pairs ordered right by their
   out-of-fold scores: a check that must stay at or above `PAIR_GATE`, not something to maximise;
 - chat sanity pairs: a model trained on all rows of the mix, scored on the chat SANITY set's explicit pairs (never
-  trained on, never used to choose): printed as the check the issue names, after the choice.
+  trained on, never used to choose): printed as the check the issue names, after the choice;
+- where the weak model holds, per MMLU subject (`classifier.subject_outcomes`), for the chosen candidate and the
+  one with the most chat weight: printed after the choice, not used for it.
 The rule: among the pairs that pass the chat gate and whose outcome log loss is within `LOSS_SLACK` of the best,
 the highest open-ended APGR. Hand labels decide nothing but the gate. The chosen pair's open-ended figures were
 selected on the same folds, so they lean optimistic by the spread between candidates (printed beside them).
@@ -34,6 +36,7 @@ from classifier.errors import ClassifierError
 from classifier.features import feature_matrix
 from classifier.open_ended import Outcomes, load_outcomes, outcome_labels
 from classifier.seed import CHAT_SOURCE, OPEN_SOURCE, is_holdout, load_seed_data
+from classifier.subject_outcomes import format_rows, subject_rows
 
 PAIR_GATE = 0.95  # the chat sanity set's explicit pairs ordered right, at least
 LOSS_SLACK = 0.005  # outcome log loss within this of the best candidate's
@@ -57,6 +60,7 @@ class Candidate:
     open_report: dict  # cv_report.two_tier's
     chat_gate: tuple[float, float, float]  # out-of-fold, chat training prompts' category pairs
     chat_pairs: tuple[float, float, float]  # the sanity set's explicit pairs
+    scores: np.ndarray  # out-of-fold 1 - P(small) of every mix row (nan where not predicted)
 
 
 def build_mix(outcomes: Outcomes | None) -> Mix:
@@ -102,7 +106,7 @@ def evaluate_candidate(mix: Mix, d: families.Inputs, groups: np.ndarray, chat_we
                      args.boot, args.seed)
     full = families.fit_linear_head(d.x[train_rows], d.y[train_rows], d.w[train_rows], 3, C, 0)
     pairs = agreement(difficulty_score(full.proba(sanity_x)), sanity, n_boot=args.boot, seed=args.seed)
-    return Candidate(chat_weight, open_weight, loss, report, gate, pairs["explicit_pairs"])
+    return Candidate(chat_weight, open_weight, loss, report, gate, pairs["explicit_pairs"], scores)
 
 
 def choose(candidates: list[Candidate]) -> Candidate | None:
@@ -117,12 +121,14 @@ def choose(candidates: list[Candidate]) -> Candidate | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m classifier.outcome_weights", description=__doc__.split("\n")[0])
-    parser.add_argument("--chat-weights", default="0,1,5,20", type=lambda s: [float(v) for v in s.split(",")])
+    parser.add_argument("--chat-weights", default="0,1,2,5,10,20", type=lambda s: [float(v) for v in s.split(",")])
     parser.add_argument("--open-weights", default="0,5,20", type=lambda s: [float(v) for v in s.split(",")])
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--boot", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=None, help="keep embeddings here between runs")
+    parser.add_argument("--data-dir", default=None, help="routing data, for the MMLU subjects (default "
+                        "$AIO_ROUTING_DATA or ../shared/data/routing)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from classifier.evaluate import Embeddings
@@ -162,6 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     spread = f" (candidates' open APGR {min(apgrs):.3f}-{max(apgrs):.3f})" if apgrs else ""
     print(f"chosen: chat weight {chosen.chat_weight:g}, open-ended weight {chosen.open_weight:g}{spread}; the chat "
           f"sanity set's explicit pairs, trained on all the mix: {fmt(chosen.chat_pairs, True)}")
+    heaviest = max(candidates, key=lambda c: (c.chat_weight, -c.open_weight))
+    for c in [chosen] + ([heaviest] if heaviest is not chosen else []):
+        try:
+            rows = subject_rows(mix.texts, c.scores, args.data_dir)
+        except (OSError, KeyError) as exc:
+            print(f"no MMLU subjects ({exc}): set --data-dir or $AIO_ROUTING_DATA")
+            break
+        print(f"chat x{c.chat_weight:g} open x{c.open_weight:g}, out of fold:\n{format_rows(rows)}")
     return 0
 
 

@@ -3,6 +3,7 @@ choice rule (the chat sanity pairs gate; outcome log loss, then open-ended APGR 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from classifier.open_ended import Outcomes
 from classifier.open_ended import outcome_labels
@@ -29,7 +30,7 @@ def test_weights_per_row_kind():
 
 def _candidate(cw, ow, loss, apgr, pairs) -> Candidate:
     return Candidate(cw, ow, loss, {"apgr": (apgr, apgr - 0.1, apgr + 0.1)}, (pairs, pairs - 0.05, pairs),
-                     (1.0, 1.0, 1.0))
+                     (1.0, 1.0, 1.0), np.zeros(0))
 
 
 def test_choice_gates_on_chat_pairs_then_outcomes_decide():
@@ -40,3 +41,12 @@ def test_choice_gates_on_chat_pairs_then_outcomes_decide():
     chosen = choose(cands)
     assert (chosen.chat_weight, chosen.open_weight) == (5, 20)
     assert choose([_candidate(0, 0, 0.5, 0.9, PAIR_GATE - 0.01)]) is None
+
+
+def test_subject_correlation_follows_the_gap():
+    from classifier.subject_outcomes import SubjectRow, correlation
+
+    rows = [SubjectRow(f"s{i}", 30, 0.8 - 0.1 * i, 0.9, 0.2 + 0.05 * i) for i in range(5)]
+    assert correlation(rows) == pytest.approx(1.0)  # the larger the gap, the higher the router's score
+    assert correlation([SubjectRow(r.subject, r.n, r.weak, r.strong, -r.router) for r in rows]) == pytest.approx(-1.0)
+    assert np.isnan(correlation(rows[:2]))
