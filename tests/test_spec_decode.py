@@ -405,3 +405,25 @@ def test_draft_slots_never_take_the_blocks_others_need():
 
     assert run(6) == {"a": 1, "b": 1}  # 2 free blocks: one each for the next token, none for drafts
     assert run(10) == {"a": 5, "b": 5}
+
+
+def test_adaptive_k_probes_less_while_speculation_keeps_losing():
+    """At batch 8 on a CPU speculation loses; the controller still re-measures now and then, but each probe that
+    confirms k = 0 doubles the time until the next, so over 4,000 steps it probes a few times, not every 128."""
+    def probes(steps: int) -> int:
+        controller = SpecController(max_k=4)
+        for tokens, seconds in [(1, 1.0), (3, 1.05), (5, 2.0), (8, 3.0), (16, 6.0), (32, 12.0), (40, 15.0)]:
+            controller.observe_target(tokens, seconds)
+        controller.observe_draft(8, 0.3)
+        count = 0
+        for _ in range(steps):
+            k = controller.plan(decoding_sequences(8, 0.9), 1024, 0)
+            tokens = 8 * (1 + k)
+            controller.observe_target(tokens, 3.0 * tokens / 8 * 0.95)  # each extra row nearly a whole decode
+            if k:
+                controller.observe_draft(8, 0.3)
+                count += 1
+        return count
+
+    assert probes(4000) <= 12
+    assert probes(4000) < probes(4000 // 8) * 8 / 2  # far fewer than a constant rate would give

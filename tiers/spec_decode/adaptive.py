@@ -19,6 +19,9 @@ DECAY = 0.9  # per verification, for the per-request acceptance counts
 PRIOR_WEIGHT = 2.0  # pseudo-trials of the engine-wide rate that start a request's estimate
 MIN_ALPHA = 0.15
 EXPLORE_EVERY = 32  # steps: re-measure a step size (k = 0 included) the cost model has not seen lately
+STALE_AFTER = 4 * EXPLORE_EVERY  # steps after which a measurement counts as old, doubled (up to MAX_STALE_AFTER)
+MAX_STALE_AFTER = 64 * EXPLORE_EVERY  # each time a re-measurement leaves k = 0 the best: each probe of k > 0
+# makes the draft catch up on every token it skipped, which costs more than the probe's own step
 
 
 @dataclass
@@ -94,7 +97,8 @@ class SpecController:
         self.global_alpha = AcceptanceEstimate(prior_alpha * 8, 8.0)
         self.num_steps = 0
         self.last_k = max_k
-
+        self.stale_after = STALE_AFTER
+        self.probed = False  # a k > 0 was tried to re-measure since the last decision
     def acceptance(self, seq: Sequence) -> AcceptanceEstimate:
         if seq.spec_acceptance is None:
             alpha = self.global_alpha.alpha
@@ -150,10 +154,12 @@ class SpecController:
                 return k
         if phase == 0:
             for k, _, tokens in candidates:
-                if not self.target_cost.knows(tokens, self.num_steps, 4 * EXPLORE_EVERY):
+                if not self.target_cost.knows(tokens, self.num_steps, self.stale_after):
+                    self.probed = self.probed or k > 0
                     return k
         if (phase == EXPLORE_EVERY // 2 and self.draft_has_cost
-                and not self.draft_cost.knows(len(decoding), self.num_steps, 4 * EXPLORE_EVERY)):
+                and not self.draft_cost.knows(len(decoding), self.num_steps, self.stale_after)):
+            self.probed = True
             return min(2, self.max_k)  # and the draft's cost
         best_k, best_rate = 0, 0.0
         for k, emitted, tokens in candidates:
@@ -168,7 +174,16 @@ class SpecController:
             rate = emitted / max(seconds, 1e-9)
             if rate > best_rate * 1.02 or k == 0:  # a longer k must pay clearly
                 best_k, best_rate = k, rate
+        self._back_off(best_k)
         return best_k
+
+    def _back_off(self, best_k: int) -> None:
+        """Re-measure less often while re-measurements keep confirming that speculation does not pay."""
+        if best_k:
+            self.stale_after = STALE_AFTER
+        elif self.probed:
+            self.stale_after = min(2 * self.stale_after, MAX_STALE_AFTER)
+        self.probed = False
 
     def observe_target(self, num_tokens: int, seconds: float) -> None:
         self.target_cost.observe(num_tokens, seconds, self.num_steps)
