@@ -210,9 +210,9 @@ static inline __attribute__((always_inline)) void dequantize_row(const int TYPE,
     }
 }
 
-/* out[N, K] float32 (bf16 == 0) or bfloat16 = the rows dequantized, rows split over nthreads: the weight of a
- * many-row projection that goes to a dense GEMM (tiers/quantization/kquant.py dense_gemm). Returns -1 for a type
- * or K this file does not take. */
+/* out[N, K] float32 (bf16 == 0; what gguf's dequantizer gives: scale * code + min) or bfloat16 = the rows
+ * dequantized, rows split over nthreads (tiers/quantization/kquant.py dequantize_parts). Returns -1 for a type or
+ * K this file does not take. */
 int aio_kq_dequantize_dense(const uint8_t *w, int64_t N, int64_t K, int type, void *out, int bf16, int nthreads) {
     const int64_t rb = aio_kq_row_bytes(type, K), es = bf16 ? 2 : 4;
     if (!rb) return -1;
@@ -232,11 +232,6 @@ int aio_kq_dequantize_dense(const uint8_t *w, int64_t N, int64_t K, int type, vo
     }
 #undef KQ_DEQ
     return 0;
-}
-
-/* out[N, K] float32 = the rows dequantized (what gguf's dequantizer gives: scale * code + min) */
-int aio_kq_dequantize(const uint8_t *w, int64_t N, int64_t K, int type, float *out) {
-    return aio_kq_dequantize_dense(w, N, K, type, out, 0, 1);
 }
 
 /* ---------------------------------------------------------------- activations */

@@ -91,8 +91,7 @@ class KQuantWeight:
         native = native_library()
         if native is None:
             return self._dequantize_gguf(dtype)
-        return torch.cat([dequantize_rows(native, rows, kind, self.in_features) for kind, rows in self.parts]
-                         ).to(dtype)
+        return dequantize_parts(native, self, torch.empty(self.shape, dtype=torch.float32)).to(dtype)
 
     def _dequantize_gguf(self, dtype: torch.dtype) -> torch.Tensor:
         from gguf.constants import GGMLQuantizationType
@@ -103,13 +102,23 @@ class KQuantWeight:
         return torch.cat(out).reshape(self.shape).to(dtype)
 
 
+def dequantize_parts(native: NativeLibrary, weight: KQuantWeight, out: torch.Tensor) -> torch.Tensor:
+    """The weight's rows decoded into `out` (contiguous [N, K], float32 or bfloat16: gguf's dequantizer's values,
+    bf16 rounded to nearest even), every part through the kernel's own decoding on torch's threads; returns out."""
+    k, row = weight.in_features, 0
+    for kind, rows in weight.parts:
+        rows = rows.contiguous()
+        if native.lib.aio_kq_dequantize_dense(rows.data_ptr(), rows.shape[0], k, BLOCK_TYPES[kind][0],
+                                              out[row].data_ptr(), out.dtype == torch.bfloat16,
+                                              torch.get_num_threads()):
+            raise NativeKernelError(f"the native kernel does not take {kind} rows of {k} elements")
+        row += rows.shape[0]
+    return out
+
+
 def dequantize_rows(native: NativeLibrary, rows: torch.Tensor, kind: str, k: int) -> torch.Tensor:
     """uint8 [N, row_bytes] of one block type -> float32 [N, K], through the kernel's own decoding."""
-    rows = rows.contiguous()
-    out = torch.empty(rows.shape[0], k, dtype=torch.float32)
-    if native.lib.aio_kq_dequantize(rows.data_ptr(), rows.shape[0], k, BLOCK_TYPES[kind][0], out.data_ptr()):
-        raise NativeKernelError(f"the native kernel does not take {kind} rows of {k} elements")
-    return out
+    return dequantize_parts(native, KQuantWeight([(kind, rows)], k), torch.empty(rows.shape[0], k))
 
 
 def call_arrays(weight: KQuantWeight) -> tuple:

@@ -14,8 +14,8 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 
-from tiers.native import NativeKernelError, NativeLibrary
-from tiers.quantization.kquant import BLOCK_TYPES, KQuantWeight
+from tiers.native import NativeLibrary
+from tiers.quantization.kquant import KQuantWeight, dequantize_parts
 
 _buffers = threading.local()  # one buffer per engine thread, sized to the largest weight it dequantized
 
@@ -43,15 +43,7 @@ def _buffer(numel: int, dtype: torch.dtype) -> torch.Tensor:
 def dequantize_into(native: NativeLibrary, weight: KQuantWeight, dtype: torch.dtype) -> torch.Tensor:
     """The [N, K] weight in `dtype` (float32 or bfloat16), in this thread's buffer: valid until its next call."""
     n, k = weight.shape
-    out = _buffer(n * k, dtype).view(n, k)
-    row = 0
-    for kind, rows in weight.parts:
-        if native.lib.aio_kq_dequantize_dense(rows.data_ptr(), rows.shape[0], k, BLOCK_TYPES[kind][0],
-                                              out[row].data_ptr(), dtype == torch.bfloat16,
-                                              torch.get_num_threads()):
-            raise NativeKernelError(f"the native kernel does not take {kind} rows of {k} elements")
-        row += rows.shape[0]
-    return out
+    return dequantize_parts(native, weight, _buffer(n * k, dtype).view(n, k))
 
 
 def dense_gemm(native: NativeLibrary, x: torch.Tensor, weight: KQuantWeight) -> torch.Tensor:
