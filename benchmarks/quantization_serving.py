@@ -8,6 +8,7 @@ as fast (docs/benchmarks.md, "Sixth round"). llama.cpp, which keeps no cache acr
 requests as our default run of the repeat, so that ratio compares like with like."""
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 import time
@@ -61,7 +62,7 @@ def serve_comparison(engines: dict[str, Any], path: Path, python: str | None, th
     system = args.serving_system
     engine = engines[system]
     dense_rows = engine.config.quantized_dense_min_rows
-    vocab, runs = engine.model_config.vocab_size, iter(range(1000))
+    vocab, runs = engine.model_config.vocab_size, itertools.count()
     fresh = lambda: serving_requests(vocab, args.requests, args.seed + next(runs))  # noqa: E731
     worker = LlamaCppWorker(python, path, threads) if python else None
     engine_serve(engine, fresh()[:2])

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from classifier.learned import ComplexityClassifier
     from classifier.seed import (SEED_PATH, build_seed_rows, is_holdout, label_counts, load_seed_data, seed_weights,
                                  write_seed_data)
-    from classifier.seed_embeddings import write as write_seed_embeddings
+    from classifier.seed_embeddings import use_shipped, write as write_seed_embeddings
 
     if not args.head_only:
         texts, labels, sources = build_seed_rows(args.data_dir)
@@ -51,10 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     embed = Embeddings(args.cache_dir)
     if args.head_only:
-        from classifier.seed_embeddings import ShippedEmbeddings, key
-
-        shipped = ShippedEmbeddings.read()
-        embed.memo.update({Embeddings.key(t): v for t in dict.fromkeys(texts) if (v := shipped.get(key(t))) is not None})
+        use_shipped(embed, texts)
     else:
         distinct = list(dict.fromkeys(texts))
         path = write_seed_embeddings(distinct, embed(distinct), RECIPE_ENCODER, embed.encoder.encode)

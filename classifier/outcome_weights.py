@@ -38,7 +38,7 @@ from classifier.open_ended import Outcomes, load_outcomes, outcome_labels
 from classifier.seed import CHAT_SOURCE, OPEN_SOURCE, is_holdout, load_seed_data
 from classifier.subject_outcomes import format_rows, subject_rows
 
-PAIR_GATE = 0.95  # the chat sanity set's explicit pairs ordered right, at least
+PAIR_GATE = 0.95  # the chat training prompts' same-category pairs ordered right out of fold, at least
 LOSS_SLACK = 0.005  # outcome log loss within this of the best candidate's
 C = 1e-3
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from classifier.evaluate import Embeddings
-    from classifier.seed_embeddings import ShippedEmbeddings, key
+    from classifier.seed_embeddings import use_shipped
 
     try:
         outcomes = load_outcomes()
@@ -141,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = None
     mix = build_mix(outcomes)
     emb = Embeddings(args.cache_dir)
-    shipped = ShippedEmbeddings.read()
-    emb.memo.update({Embeddings.key(t): v for t in dict.fromkeys(mix.texts)
-                     if (v := shipped.get(key(t))) is not None})
+    use_shipped(emb, mix.texts)
     sanity = load_chat()
     e = emb(mix.texts)
     d = families.Inputs(e, feature_matrix(mix.texts), mix.labels, None, 3, texts=mix.texts)

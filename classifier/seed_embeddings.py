@@ -139,6 +139,19 @@ class ShippedEmbeddings:
         return len(self.rows)
 
 
+def use_shipped(embeddings, texts: Sequence[str]) -> None:
+    """Put the shipped vectors of those `texts` the file holds into `embeddings` (classifier.evaluate.Embeddings:
+    its memo, key and encoder), once they pass `ShippedEmbeddings.check` against its encoder; else say why not."""
+    from classifier.encoder import RECIPE_ENCODER
+
+    shipped = ShippedEmbeddings.read()
+    reason = shipped.check(RECIPE_ENCODER, embeddings.encoder.encode)
+    if reason is not None:
+        print(f"the shipped seed vectors are not used: {reason}")
+        return
+    embeddings.memo.update({embeddings.key(t): v for t in dict.fromkeys(texts) if (v := shipped.get(key(t))) is not None})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m classifier.seed_embeddings", description=__doc__.split("\n")[0])
     parser.add_argument("--cache-dir", default=None, help="reuse the embeddings `python -m classifier.evaluate "
