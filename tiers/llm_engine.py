@@ -61,6 +61,7 @@ class Engine:
                                   get_attention_backend(config.attention_backend, device), extra_kv)
         self.max_model_len = resolve_max_model_len(config, self.model_config, self.runner.num_blocks)
         self.runner.model.build_rotary(self.max_model_len + 1, device)
+        self.runner.capture_cuda_graphs(config, self.max_model_len)
         self.speculator = _speculator(config, draft_model, self.runner, self.max_model_len)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)

@@ -54,6 +54,9 @@ def query_kind(query_len: int, context_len: int) -> int:
 
 class AttentionBackend(ABC):
     name: ClassVar[str]
+    # Whether a step's forward through this backend can be captured in a CUDA graph: no host synchronisation, and
+    # its launches depend only on the metadata's shapes, not on their values.
+    supports_cuda_graphs: ClassVar[bool] = False
 
     def batch_order(self, query_lens: list[int], context_lens: list[int]) -> list[int]:
         """The order of the step's sequences in the batch: decodes first by context length, then verifications by

@@ -30,8 +30,21 @@ class ModelInput:
     last_rows: list[int]  # per batch position: the row of its chunk's last token
 
 
-def prepare_inputs(chunks: list[ForwardChunk], backend: AttentionBackend, kv_caches: KVCaches, block_size: int,
-                   device: torch.device, dtype: torch.dtype) -> ModelInput:
+@dataclass
+class BatchPlan:
+    """One forward pass on the host: the flattened tokens, the attention layout and where each chunk went."""
+    input_ids: list[int]
+    positions: list[int]
+    layout: BatchLayout
+    order: list[int]  # batch position j holds chunks[order[j]] (the backend's batch order)
+    last_rows: list[int]  # per batch position: the row of its chunk's last token
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.input_ids)
+
+
+def plan_batch(chunks: list[ForwardChunk], backend: AttentionBackend, block_size: int) -> BatchPlan:
     order = backend.batch_order([c.num_tokens for c in chunks], [c.start for c in chunks])
     input_ids: list[int] = []
     positions: list[int] = []
@@ -45,7 +58,17 @@ def prepare_inputs(chunks: list[ForwardChunk], backend: AttentionBackend, kv_cac
         layout.block_ids.append(table)
         layout.seq_lens.append(end)
         layout.query_start_loc.append(layout.query_start_loc[-1] + c.num_tokens)
-    meta = backend.prepare_metadata(layout, kv_caches, device, dtype)
-    return ModelInput(torch.tensor(input_ids, dtype=torch.int64, device=device),
-                      torch.tensor(positions, dtype=torch.int64, device=device), meta, order,
-                      [q - 1 for q in layout.query_start_loc[1:]])
+    return BatchPlan(input_ids, positions, layout, order, [q - 1 for q in layout.query_start_loc[1:]])
+
+
+def prepare_inputs(chunks: list[ForwardChunk], backend: AttentionBackend, kv_caches: KVCaches, block_size: int,
+                   device: torch.device, dtype: torch.dtype) -> ModelInput:
+    return model_input(plan_batch(chunks, backend, block_size), backend, kv_caches, device, dtype)
+
+
+def model_input(plan: BatchPlan, backend: AttentionBackend, kv_caches: KVCaches, device: torch.device,
+                dtype: torch.dtype) -> ModelInput:
+    meta = backend.prepare_metadata(plan.layout, kv_caches, device, dtype)
+    return ModelInput(torch.tensor(plan.input_ids, dtype=torch.int64, device=device),
+                      torch.tensor(plan.positions, dtype=torch.int64, device=device), meta, plan.order,
+                      plan.last_rows)

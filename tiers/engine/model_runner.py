@@ -1,12 +1,15 @@
 """Owns the target model and its KV cache; turns a scheduled step into one forward pass and sampled tokens."""
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from tiers.attention.backend import AttentionBackend
 from tiers.attention.native_backend import NativeCPUAttentionBackend
 from tiers.engine.config import EngineConfig
-from tiers.engine.input_batch import ForwardChunk, prepare_inputs
+from tiers.engine.cuda_graphs import CUDAGraphRunner, default_graph_sizes
+from tiers.engine.input_batch import ForwardChunk, model_input, plan_batch
 from tiers.engine.kv_cache import KVCache, kv_bytes_per_block, num_kv_blocks
 from tiers.engine.rejection_sampler import rejection_sample
 from tiers.engine.sampler import SamplerOutput, sample, token_logprobs
@@ -16,6 +19,7 @@ from tiers.models.checkpoint import Checkpoint
 from tiers.native import native_library
 from tiers.quantization.linear import native_quantized
 
+logger = logging.getLogger(__name__)
 
 class ModelRunner:
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, device: torch.device, dtype: torch.dtype,
@@ -36,6 +40,19 @@ class ModelRunner:
             self.attention_backend = NativeCPUAttentionBackend(native)
         self.num_blocks = num_kv_blocks(config, model_config, device, dtype, extra_kv_bytes_per_block)
         self.kv_cache = KVCache(model_config, self.num_blocks, self.block_size, dtype, device)
+        self.cuda_graphs: CUDAGraphRunner | None = None
+
+    def capture_cuda_graphs(self, config: EngineConfig, max_model_len: int, capture: bool = True) -> None:
+        """Decode steps from CUDA graphs (tiers.engine.cuda_graphs), where the device and backend have them.
+        capture=False: the same padded decode steps run eagerly, on any device (tests)."""
+        if capture and (config.enforce_eager or self.device.type != "cuda"):
+            return
+        if not self.attention_backend.supports_cuda_graphs:
+            logger.info("no CUDA graphs: the %s attention backend cannot run in one", self.attention_backend.name)
+            return
+        sizes = config.cuda_graph_sizes or default_graph_sizes(config.max_num_seqs)
+        self.cuda_graphs = CUDAGraphRunner(self.model, self.attention_backend, self.kv_cache.layers, sizes,
+                                           -(-max_model_len // self.block_size), self.device, capture)
 
     @property
     def kv_bytes_per_block(self) -> int:
@@ -51,21 +68,25 @@ class ModelRunner:
         chunks = [ForwardChunk(s.seq, s.seq.num_computed_tokens,
                                s.seq.tokens_at(s.seq.num_computed_tokens, s.seq.num_computed_tokens + s.num_new_tokens))
                   for s in scheduled]
-        inputs = prepare_inputs(chunks, self.attention_backend, self.kv_cache.layers, self.block_size, self.device,
-                                self.dtype)
-        hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn_metadata)
-        order = inputs.order
+        plan = plan_batch(chunks, self.attention_backend, self.block_size)
+        if self.cuda_graphs is not None and self.cuda_graphs.can_run(plan):
+            step_logits, hidden = self.cuda_graphs.run(plan), None  # one row per sequence
+        else:
+            inputs = model_input(plan, self.attention_backend, self.kv_cache.layers, self.device, self.dtype)
+            hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn_metadata)
+        order = plan.order
         plain = [j for j, i in enumerate(order) if scheduled[i].samples and not scheduled[i].num_spec_tokens]
         spec = [j for j, i in enumerate(order) if scheduled[i].num_spec_tokens]
         if not plain and not spec:
             return {}
-        rows = [inputs.last_rows[j] for j in plain]
+        rows = [plan.last_rows[j] for j in plain]
         spec_starts: list[int] = []
         for j in spec:
             k = scheduled[order[j]].num_spec_tokens
             spec_starts.append(len(rows) - len(plain))
-            rows.extend(range(inputs.last_rows[j] - k, inputs.last_rows[j] + 1))
-        logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])
+            rows.extend(range(plan.last_rows[j] - k, plan.last_rows[j] + 1))
+        row_index = torch.tensor(rows, device=self.device)
+        logits = step_logits[row_index] if hidden is None else self.model.compute_logits(hidden[row_index])
         results: dict[int, SamplerOutput] = {}
         if plain:
             tokens, logprobs = sample(logits[:len(plain)], [chunks[order[j]].seq for j in plain])
