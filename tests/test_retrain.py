@@ -86,10 +86,31 @@ class RuleClassifier(LookupClassifier):
         return super().predict_proba(texts)
 
 
-def oracle_trainer(confidence: float):
-    def train(texts, labels, n_tiers):
+def oracle_trainer(confidence: float, seen: list | None = None):
+    def train(texts, labels, n_tiers, sample_weight):
+        if seen is not None:
+            seen.append((list(texts), np.asarray(sample_weight)))
         return RuleClassifier(f"cand-{confidence}", {}, confidence, n_tiers)
     return train
+
+
+def test_seed_rows_train_at_the_shipped_default_weights(engine, tmp_path):
+    """Hand-labelled chat seed rows count CHAT_WEIGHT, as in the shipped default; benchmark seed rows and the
+    monitor's verdicts count 1."""
+    from classifier.seed import CHAT_SOURCE, CHAT_WEIGHT
+
+    seed = tmp_path / "seed.csv"
+    seed.write_text("text,label,source\n" + "".join(f'"{chat_text(i)}",0,{CHAT_SOURCE}writing\n' for i in range(30))
+                    + "".join(f'"{math_text(i)}",2,routellm:gsm8k\n' for i in range(30)))
+    for i in range(10):
+        add_verified(engine, f"w{i}", math_text(200 + i), "small", passed=False)
+    seen: list = []
+    retrain(engine, LookupClassifier("uniform", {}), tmp_path / "c", seed_path=seed, train=oracle_trainer(0.9, seen),
+            dry_run=True)
+    (texts, weights), = seen
+    expected = [CHAT_WEIGHT if t.startswith(chat_text(0)[:12]) else 1.0 for t in texts]
+    assert CHAT_WEIGHT != 1.0 and weights.tolist() == expected
+    assert sum(w == CHAT_WEIGHT for w in expected) > 10  # most of the 30 chat rows are in training, not held out
 
 
 def test_parse_since_and_holdout_split():

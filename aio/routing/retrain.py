@@ -28,12 +28,13 @@ from aio.routing import registry
 from aio.routing.embedding_cache import EmbeddingCache
 from aio.routing.progress import NoProgress, Progress
 from aio.settings import TIER_ORDER
-from classifier.seed import is_holdout
+from classifier.seed import is_holdout, seed_weights
 
 logger = logging.getLogger(__name__)
 
 RETRAIN_EVERY = timedelta(days=7)
 MIN_TRAIN_EXAMPLES = 20
+SEED_PREFIX = "seed:"
 
 
 class RetrainError(ValueError):
@@ -122,13 +123,13 @@ def seed_examples(path: Path | None = None) -> Examples:
         from classifier.seed import load_seed_data
 
         for text, label, source in zip(*load_seed_data()):
-            examples.add(text, int(label), f"seed:{source}")
+            examples.add(text, int(label), f"{SEED_PREFIX}{source}")
         return examples
     opener = gzip.open if str(path).endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8", newline="") as f:
             for row in csv.DictReader(f):
-                examples.add(row["text"], int(row["label"]), f"seed:{row.get('source') or Path(path).name}")
+                examples.add(row["text"], int(row["label"]), f"{SEED_PREFIX}{row.get('source') or Path(path).name}")
     except (OSError, KeyError, ValueError) as exc:
         raise RetrainError(f"cannot read seed data {path}: {exc}") from exc
     return examples
@@ -177,16 +178,23 @@ class RetrainReport:
         return asdict(self)
 
 
-def _default_train(texts: list[str], labels: list[int], n_tiers: int, embeddings: np.ndarray | None = None,
-                   encoder: str | None = None):
+def _default_train(texts: list[str], labels: list[int], n_tiers: int, sample_weight: np.ndarray | None = None,
+                   embeddings: np.ndarray | None = None, encoder: str | None = None):
     """With cached embeddings (from `encoder`, the cache's): the embedding head only (fine-tuning would encode
     every text again, each epoch)."""
     from classifier import ComplexityClassifier
 
     if embeddings is None:
-        return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers)
+        return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers, sample_weight=sample_weight)
     return ComplexityClassifier.train(texts, labels, n_tiers=n_tiers, head="sklearn", embeddings=embeddings,
-                                      encoder_path=encoder)
+                                      encoder_path=encoder, sample_weight=sample_weight)
+
+
+def training_weights(sources: Sequence[str]) -> np.ndarray:
+    """The weight of each training example: seed rows as the shipped default weighs them
+    (`classifier.seed.seed_weights`: hand-labelled chat rows count CHAT_WEIGHT), the monitor's verdicts 1."""
+    return np.array([float(seed_weights([s.removeprefix(SEED_PREFIX)])[0]) if s.startswith(SEED_PREFIX) else 1.0
+                     for s in sources])
 
 
 class _Stages:
@@ -277,11 +285,12 @@ def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, 
     holdout_vectors = None if vectors is None else vectors[len(train_set):]
     stage(f"fitting on {len(train_set)} examples")
     try:
+        weights = training_weights(train_set.sources)
         if default_trainer:
-            candidate = train(train_set.texts, train_set.labels, n_tiers, embeddings=train_vectors,
-                              encoder=None if cache is None else cache.encoder_name)
+            candidate = train(train_set.texts, train_set.labels, n_tiers, sample_weight=weights,
+                              embeddings=train_vectors, encoder=None if cache is None else cache.encoder_name)
         else:
-            candidate = train(train_set.texts, train_set.labels, n_tiers)
+            candidate = train(train_set.texts, train_set.labels, n_tiers, sample_weight=weights)
     except Exception as exc:  # bad data or a broken encoder: report it, the current classifier stays
         raise RetrainError(f"training failed: {type(exc).__name__}: {exc}") from exc
     stage(f"evaluating on {len(holdout)} held-out examples", total=2)
