@@ -122,6 +122,7 @@ class CUDAGraphRunner:
         hidden = self.model(b.input_ids[:size], b.positions[:size], b.metadata(size, self.kv_caches, self.backend))
         return self.model.compute_logits(hidden)
 
+    @torch.inference_mode()
     def _capture_all(self) -> None:
         start = time.perf_counter()
         pool = None
