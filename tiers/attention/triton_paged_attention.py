@@ -6,7 +6,7 @@ sequence for one KV head; the query heads sharing that KV head are packed with t
 over all query blocks of the batch and find their sequence by a binary search over query_start_loc. Each walks
 its sequence's keys TILE_SIZE positions at a time (looking up every key's physical block in the block table, so
 any block size works) with an online softmax in fp32; query row q_pos (of q_len) sees key positions
-< seq_len - q_len + q_pos + 1.
+< seq_len - q_len + q_pos + 1. Decode-only steps on CUDA take triton_decode_attention's split-KV path instead.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from tiers.attention import triton_decode_attention
 from tiers.triton_device import unavailable
 
 # Key positions per inner-loop step; tl.dot on GPUs needs every tile dimension >= 16.
@@ -157,19 +158,38 @@ def _block_m(group: int, max_query_len: int) -> int:
     return max(block_m, PREFILL_BLOCK_M) if max_query_len * group >= PREFILL_BLOCK_M else block_m
 
 
+def _use_split_kv(split_kv: bool | None, query: torch.Tensor, num_seqs: int, max_query_len: int) -> bool:
+    """Whether the step goes to triton_decode_attention: by default every decode-only step on CUDA
+    (triton_decode_attention.FORCE_SPLIT_KV can change that default)."""
+    decode_only = max_query_len == 1 and query.shape[0] == num_seqs
+    if split_kv is None:
+        forced = triton_decode_attention.FORCE_SPLIT_KV
+        return decode_only and (query.device.type == "cuda" if forced is None else forced)
+    if split_kv and not decode_only:
+        raise ValueError(f"split_kv needs a decode-only step (max_query_len 1, one query row per sequence), got "
+                         f"max_query_len {max_query_len}, {query.shape[0]} rows for {num_seqs} sequences")
+    return split_kv
+
+
 def paged_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                     seq_lens: torch.Tensor, query_start_loc: torch.Tensor, max_query_len: int, scale: float,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+                    out: torch.Tensor | None = None, split_kv: bool | None = None,
+                    num_splits: int | None = None) -> torch.Tensor:
     """Causal attention of each sequence's new query rows over its paged context.
 
     query [T, H, D]; k_cache/v_cache [num_blocks, block_size, Hkv, D]; block_tables [S, max_blocks];
     seq_lens [S] (context incl. the new tokens, whose K/V are already stored); query_start_loc [S + 1];
     max_query_len >= every sequence's query length. Returns out ([T, H, D], query's dtype).
+    split_kv: whether a decode-only step splits each sequence's keys across programs (triton_decode_attention;
+    None: on CUDA); num_splits forces that path's split count.
     """
     _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out)
     out = torch.empty_like(query) if out is None else out
     num_tokens, num_heads, head_dim = query.shape
     num_seqs, num_kv_heads = seq_lens.shape[0], k_cache.shape[2]
+    if _use_split_kv(split_kv, query, num_seqs, max_query_len):
+        return triton_decode_attention.split_kv_decode(query, k_cache, v_cache, block_tables, seq_lens, scale, out,
+                                                       num_splits)
     if num_seqs == 0 or num_tokens == 0:
         return out
     group = num_heads // num_kv_heads
