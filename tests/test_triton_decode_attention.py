@@ -11,7 +11,8 @@ from test_triton_kernels import DEVICE_DTYPES, assert_matches_reference, make_ca
 pytest.importorskip("triton")
 from tiers.attention import triton_decode_attention as tda  # noqa: E402
 
-# Lengths 32 and 64 are multiples of the slices (64 keys for 3 splits, 32 for 16), 1, 31, 33, 70 and 100 are not.
+# Slices are whole tiles (cdiv(length, splits) rounded up to 32 keys): lengths 32 and 64 end on a slice boundary
+# for 1, 3 and 16 splits; 1, 31, 33, 70 and 100 do not, and 70 with 3 splits fills three slices.
 # Block size 16: 7 blocks for the longest plus make_case's spare one, 128 keys per table row.
 DECODE_LENS = [1, 31, 32, 33, 64, 70, 100]
 GROUPS = {"group1": (4, 4), "group4": (8, 2), "group8": (8, 1)}
@@ -90,19 +91,17 @@ def test_idle_rows_give_zeros_and_strided_query_works(device, dtype):
 
 def test_split_count_rule():
     sms, llama_kv_heads = 132, 8
-    # Batch 1 on a long context: many slices, together >= one program per SM, each a multiple of the tile.
-    splits, keys = tda.pick_num_splits(1, llama_kv_heads, 8192, sms)
-    assert splits * llama_kv_heads >= sms and keys % tda.TILE == 0 and (splits - 1) * keys < 8192 <= splits * keys
+    # Batch 1 on a long context: enough slices for PROGRAMS_PER_SM programs per SM.
+    assert tda.pick_num_splits(1, llama_kv_heads, 8192, sms) == 33
     # A batch that already gives every SM two programs: no split.
-    assert tda.pick_num_splits(33, llama_kv_heads, 8192, sms) == (1, 8192)
-    # Short contexts: no slice under MIN_KEYS_PER_SPLIT.
-    assert tda.pick_num_splits(1, llama_kv_heads, 256, sms) == (2, 128)
-    assert tda.pick_num_splits(1, llama_kv_heads, 16, sms) == (1, 32)
+    assert tda.pick_num_splits(33, llama_kv_heads, 8192, sms) == 1
+    # Short tables: no more splits than MIN_KEYS_PER_SPLIT-key slices of the longest sequence.
+    assert tda.pick_num_splits(1, llama_kv_heads, 256, sms) == 2
+    assert tda.pick_num_splits(1, llama_kv_heads, 16, sms) == 1
     # Never more than MAX_SPLITS.
-    assert tda.pick_num_splits(1, 1, 1 << 20, sms)[0] == tda.MAX_SPLITS
-    for num_seqs in range(1, 40):
-        splits, keys = tda.pick_num_splits(num_seqs, llama_kv_heads, 4096, sms)
-        assert keys % tda.TILE == 0 and (splits - 1) * keys < 4096 <= splits * keys
+    assert tda.pick_num_splits(1, 1, 1 << 20, sms) == tda.MAX_SPLITS
+    assert all(1 <= tda.pick_num_splits(n, llama_kv_heads, 4096, sms) <= 4096 // tda.MIN_KEYS_PER_SPLIT
+               for n in range(1, 40))
 
 
 def test_split_kv_rejects_bad_inputs():
@@ -111,7 +110,7 @@ def test_split_kv_rejects_bad_inputs():
     with pytest.raises(ValueError, match="decode-only"):
         run_kernel(case, split_kv=True)
     with pytest.raises(ValueError, match="num_splits"):
-        tda.split_layout(128, 0)
+        run_kernel(make_case([(1, 5)], 4, 2, 32, "cpu", torch.float32), split_kv=True, num_splits=0)
     with pytest.raises(ValueError, match="program"):
         tda.pick_num_splits(0, 8, 128, 132)
 
@@ -119,8 +118,8 @@ def test_split_kv_rejects_bad_inputs():
 @pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_engine_gives_the_unified_kernels_tokens(llama_path, device, monkeypatch):
     """Decode steps through the split path, eagerly and in padded graph steps (rows of length 0), give the tokens of
-    the unified kernel's eager run. Slices of one tile, so the 96-key tables of the graphs are cut in three and
-    contexts of 25 to 43 tokens span two."""
+    the unified kernel's eager run. Slices as short as one tile: the 96-key tables of the graphs give three splits,
+    and contexts of 33 to 43 tokens span two slices of 32 keys."""
     from tiers import Engine
 
     monkeypatch.setattr(tda, "MIN_KEYS_PER_SPLIT", tda.TILE)

@@ -7,10 +7,12 @@ NUM_SPLITS), attends the GQA query heads of one KV head over one slice with the 
 softmax in fp32, and writes that slice's normalised output and log-sum-exp per query head. Kernel 2, grid
 (num_seqs, num_heads), merges the slices that hold keys in split order (deterministic) into the output.
 
-Both the split count and the slice length come from shapes only (block_tables.shape[1], the batch and head counts,
-the SM count), never from seq_lens' values: a CUDA graph captures the launch once and replays it with other
-lengths. A slice that starts at or past its sequence's length writes nothing, and the merge reads only the
-cdiv(seq_len, keys_per_split) slices that hold keys, so a sequence of length 0 (a graph's idle row) gets zeros.
+The split count (the grid) comes from shapes only (block_tables.shape[1], the batch and head counts, the SM
+count), never from seq_lens' values: a CUDA graph captures the launch once and replays it with other lengths.
+Each program derives its sequence's slice length on the device, cdiv(seq_len, NUM_SPLITS) rounded up to a tile
+(as vLLM's decode kernel does), so every split works at any context length, not only near the longest. A slice
+that starts at or past its sequence's length writes nothing, and the merge reads only the slices that hold keys,
+so a sequence of length 0 (a graph's idle row) gets zeros.
 """
 from __future__ import annotations
 
@@ -36,9 +38,15 @@ FORCE_SPLIT_KV: bool | None = None
 
 
 @triton.jit
+def _keys_per_split(seq_len, num_splits, TILE: tl.constexpr):
+    """A sequence's slice length: its keys shared among the splits, rounded up to whole tiles (at least one)."""
+    return tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), TILE), 1) * TILE
+
+
+@triton.jit
 def _split_kernel(
         q_ptr, k_cache_ptr, v_cache_ptr, part_out_ptr, part_lse_ptr, block_tables_ptr, seq_lens_ptr, scale,
-        max_blocks_per_seq, keys_per_split,
+        max_blocks_per_seq,
         stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
         GROUP: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
         BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, IS_FP32: tl.constexpr):
@@ -49,6 +57,7 @@ def _split_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
+    keys_per_split = _keys_per_split(seq_len, tl.num_programs(2), TILE)
     start = split * keys_per_split
     if start >= seq_len:
         return
@@ -103,12 +112,12 @@ def _split_kernel(
 
 
 @triton.jit
-def _combine_kernel(part_out_ptr, part_lse_ptr, out_ptr, seq_lens_ptr, keys_per_split, num_splits, stride_ot,
-                    stride_oh, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
+def _combine_kernel(part_out_ptr, part_lse_ptr, out_ptr, seq_lens_ptr, num_splits, stride_ot, stride_oh,
+                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, TILE: tl.constexpr):
     seq = tl.program_id(0)
     head = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + seq)
-    num_active = tl.minimum(tl.cdiv(seq_len, keys_per_split), num_splits)
+    num_active = tl.minimum(tl.cdiv(seq_len, _keys_per_split(seq_len, num_splits, TILE)), num_splits)
     first = (seq.to(tl.int64) * tl.num_programs(1) + head) * num_splits
     d = tl.arange(0, HEAD_DIM_PAD)
     d_ok = d < HEAD_DIM
@@ -142,25 +151,18 @@ def sm_count(device: torch.device) -> int:
     return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def split_layout(max_keys: int, num_splits: int) -> tuple[int, int]:
-    """(num_splits, keys_per_split): keys_per_split, a multiple of TILE, is the least that covers max_keys."""
-    if max_keys < 1 or num_splits < 1:
-        raise ValueError(f"max_keys and num_splits must be >= 1, got {max_keys}, {num_splits}")
-    return num_splits, triton.cdiv(triton.cdiv(max_keys, num_splits), TILE) * TILE
-
-
-def pick_num_splits(num_seqs: int, num_kv_heads: int, max_keys: int, num_sms: int) -> tuple[int, int]:
-    """(num_splits, keys_per_split) from shapes only; max_keys = max blocks per sequence * block size.
+def pick_num_splits(num_seqs: int, num_kv_heads: int, max_keys: int, num_sms: int) -> int:
+    """The split count from shapes only; max_keys = max blocks per sequence * block size.
 
     One split when num_seqs * num_kv_heads programs already give every SM PROGRAMS_PER_SM of them; otherwise
-    enough splits for that, but no slice shorter than MIN_KEYS_PER_SPLIT and at most MAX_SPLITS."""
+    enough splits for that, but no more than a max_keys-long sequence fills with MIN_KEYS_PER_SPLIT-key slices,
+    and at most MAX_SPLITS."""
     programs = num_seqs * num_kv_heads
-    if programs < 1 or num_sms < 1:
-        raise ValueError(f"need >= 1 program and SM, got {num_seqs} x {num_kv_heads} programs, {num_sms} SMs")
+    if programs < 1 or num_sms < 1 or max_keys < 1:
+        raise ValueError(f"need >= 1 program, SM and key, got {num_seqs} x {num_kv_heads} programs, {num_sms} SMs, "
+                         f"{max_keys} keys")
     wanted = triton.cdiv(PROGRAMS_PER_SM * num_sms, programs)
-    longest = max(1, max_keys // MIN_KEYS_PER_SPLIT)
-    _, keys_per_split = split_layout(max_keys, min(wanted, longest, MAX_SPLITS))
-    return triton.cdiv(max_keys, keys_per_split), keys_per_split  # no slice that is empty for every length
+    return max(1, min(wanted, max_keys // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
 
 
 def split_kv_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -175,23 +177,23 @@ def split_kv_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     if num_seqs == 0:
         return out
-    max_keys = block_tables.shape[1] * block_size
     if num_splits is None:
-        num_splits, keys_per_split = pick_num_splits(num_seqs, num_kv_heads, max_keys, sm_count(query.device))
-    else:
-        num_splits, keys_per_split = split_layout(max_keys, num_splits)
+        num_splits = pick_num_splits(num_seqs, num_kv_heads, block_tables.shape[1] * block_size,
+                                     sm_count(query.device))
+    elif num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     group = num_heads // num_kv_heads
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     part_out = torch.empty(num_seqs, num_heads, num_splits, head_dim, dtype=torch.float32, device=query.device)
     part_lse = torch.empty(num_seqs, num_heads, num_splits, dtype=torch.float32, device=query.device)
     _split_kernel[(num_seqs, num_kv_heads, num_splits)](
         query, k_cache, v_cache, part_out, part_lse, block_tables, seq_lens, scale, block_tables.shape[1],
-        keys_per_split, query.stride(0), query.stride(1),
+        query.stride(0), query.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
         v_cache.stride(2), block_tables.stride(0),
         GROUP=group, BLOCK_M=max(MIN_BLOCK_M, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         HEAD_DIM_PAD=head_dim_pad, BLOCK_SIZE=block_size, TILE=TILE, IS_FP32=query.dtype == torch.float32)
     _combine_kernel[(num_seqs, num_heads)](
-        part_out, part_lse, out, seq_lens, keys_per_split, num_splits, out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad)
+        part_out, part_lse, out, seq_lens, num_splits, out.stride(0), out.stride(1),
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, TILE=TILE)
     return out
