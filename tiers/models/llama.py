@@ -1,6 +1,9 @@
 """Llama-family decoder (Llama 2/3/3.1/3.2, Mistral, Qwen2) over a flattened batch of tokens and a paged KV cache."""
 from __future__ import annotations
 
+import functools
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -12,6 +15,27 @@ from tiers.models.rotary import RotaryEmbedding, apply_rotary_one
 from tiers.native import NativeLibrary
 from tiers.native.layer import NativeLayer
 from tiers.native.ops import MAX_HEAD_DIM, rmsnorm, rotary_, silu_mul
+
+
+# The fused Triton ops (tiers/models/triton_ops.py): None uses them on CUDA tensors, True also on CPU tensors (only in
+# Triton's interpreter: tests), False never.
+TRITON_OPS: bool | None = None
+
+
+@functools.cache
+def _triton_ops() -> ModuleType | None:
+    try:  # imports triton: only once a tensor asks for it
+        from tiers.models import triton_ops
+    except ImportError:
+        return None
+    return triton_ops
+
+
+def use_triton_ops(x: torch.Tensor) -> bool:
+    """Whether the ops on x run as the fused Triton kernels instead of several torch ops each."""
+    if TRITON_OPS is False or not (x.is_cuda or TRITON_OPS):
+        return False
+    return x.dtype in (torch.float16, torch.bfloat16, torch.float32) and _triton_ops() is not None
 
 
 def _native_rows(native: NativeLibrary | None, x: torch.Tensor) -> bool:
@@ -27,12 +51,21 @@ class RMSNorm(nn.Module):
         self.native: NativeLibrary | None = None  # set by LlamaForCausalLM.use_native_ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if use_triton_ops(x) and use_triton_ops(self.weight):
+            return _triton_ops().rms_norm(x, self.weight, self.eps)
         if _native_rows(self.native, x) and self.weight.dtype == torch.float32:
             return rmsnorm(self.native, x, self.weight, self.eps)
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(dtype)
+
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(self(x + residual), x + residual): one launch on the fused path."""
+        if use_triton_ops(x) and use_triton_ops(self.weight) and residual.dtype == x.dtype:
+            return _triton_ops().fused_add_rms_norm(x, residual, self.weight, self.eps)
+        residual = residual + x
+        return self(residual), residual
 
 
 class LlamaAttention(nn.Module):
@@ -49,12 +82,13 @@ class LlamaAttention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata
                 ) -> torch.Tensor:
         qkv = self.qkv_proj(x)
+        if use_triton_ops(qkv) and rope[0].dtype == qkv.dtype:
+            qk = qkv[:, :self.q_size + self.kv_size].view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
+            _triton_ops().rotary_(qk, *rope)  # q and k, in place
+            return self._attend(qkv, meta)
         if _native_rows(self.native, qkv) and rope[0].dtype == torch.float32 and self.head_dim <= MAX_HEAD_DIM:
             rotary_(self.native, qkv, self.num_heads + self.num_kv_heads, self.head_dim, *rope)  # q and k
-            q = qkv[:, :self.q_size].view(-1, self.num_heads, self.head_dim)
-            k = qkv[:, self.q_size:self.q_size + self.kv_size].view(-1, self.num_kv_heads, self.head_dim)
-            v = qkv[:, self.q_size + self.kv_size:].view(-1, self.num_kv_heads, self.head_dim)
-            return self.o_proj(self.attn(q, k, v, meta).view(-1, self.q_size))
+            return self._attend(qkv, meta)
         qk, v = qkv.split([self.q_size + self.kv_size, self.kv_size], dim=-1)
         # q and k rotated together, as one [T, H + Hkv, D] tensor: half the small ops of a decode step's rotary
         qk = apply_rotary_one(qk.reshape(-1, self.num_heads + self.num_kv_heads, self.head_dim), *rope)
@@ -62,6 +96,13 @@ class LlamaAttention(nn.Module):
         v = v.reshape(-1, self.num_kv_heads, self.head_dim)
         out = self.attn(q, k, v, meta)
         return self.o_proj(out.view(-1, self.q_size))
+
+    def _attend(self, qkv: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """Attention and the output projection over qkv [T, q | k | v] whose q and k are already rotated."""
+        q = qkv[:, :self.q_size].view(-1, self.num_heads, self.head_dim)
+        k = qkv[:, self.q_size:self.q_size + self.kv_size].view(-1, self.num_kv_heads, self.head_dim)
+        v = qkv[:, self.q_size + self.kv_size:].view(-1, self.num_kv_heads, self.head_dim)
+        return self.o_proj(self.attn(q, k, v, meta).view(-1, self.q_size))
 
 
 class LlamaMLP(nn.Module):
@@ -74,6 +115,8 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
+        if use_triton_ops(gate_up):
+            return self.down_proj(_triton_ops().silu_and_mul(gate_up))
         if _native_rows(self.native, gate_up) and gate_up.is_contiguous():
             return self.down_proj(silu_mul(self.native, gate_up))
         gate, up = gate_up.split(self.intermediate_size, dim=-1)
@@ -99,6 +142,17 @@ class LlamaDecoderLayer(nn.Module):
             return self.native_layer.forward(self.native, x, rope, k_cache, v_cache, meta.slot_mapping, tables)
         x = x + self.self_attn(self.input_layernorm(x), rope, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_fused(self, x: torch.Tensor, residual: torch.Tensor | None, rope: tuple[torch.Tensor, torch.Tensor],
+                      meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        """As vLLM's layers: (hidden, residual) whose sum is the layer's output, the add left to the next norm
+        (fused_add_rms_norm). The first layer takes residual=None and x as the residual stream."""
+        if residual is None:
+            residual, h = x, self.input_layernorm(x)
+        else:
+            h, residual = self.input_layernorm.add_forward(x, residual)
+        h, residual = self.post_attention_layernorm.add_forward(self.self_attn(h, rope, meta), residual)
+        return self.mlp(h), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -141,6 +195,11 @@ class LlamaForCausalLM(nn.Module):
         assert self.rotary is not None, "build_rotary() was not called"
         x = self.embed_tokens(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
+        if use_triton_ops(x):
+            residual = None
+            for layer in self.layers:
+                x, residual = layer.forward_fused(x, residual, rope, meta)
+            return self.norm(x) if residual is None else self.norm.add_forward(x, residual)[0]
         for layer in self.layers:
             x = layer(x, rope, meta)
         return self.norm(x)
