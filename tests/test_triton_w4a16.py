@@ -1,7 +1,10 @@
-"""The Triton W4A16 kernel equals x @ Int4Weight.dequantize()^T (interpreter, fp32, on CPU; fp16/bf16 on CUDA),
-rejects what it cannot run, and QuantizedLinear picks it for int4 layers on CUDA only. The CPU cases are marked
-triton_interpreter: on a GPU machine they run in a process of their own (tests/test_triton_interpreter.py)."""
+"""The Triton W4A16 kernels (tl.dot and the small-M GEMV) equal x @ Int4Weight.dequantize()^T (interpreter, fp32,
+on CPU; fp16/bf16 on CUDA), reject what they cannot run, the wrapper picks the GEMV for small M on CUDA, and
+QuantizedLinear picks the Triton path for int4 layers on CUDA only. The CPU cases are marked triton_interpreter: on a
+GPU machine they run in a process of their own (tests/test_triton_interpreter.py)."""
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -13,7 +16,10 @@ from tiers.quantization.int8 import quantize_int8
 
 triton = pytest.importorskip("triton")
 from tiers.quantization import triton_w4a16  # noqa: E402
-from tiers.quantization.triton_w4a16 import W4A16Config, pick_config, w4a16_matmul  # noqa: E402
+from tiers.quantization.triton_w4a16 import (W4A16Config, pick_config, pick_dot_config, uses_gemv,  # noqa: E402
+                                             w4a16_matmul)
+from tiers.quantization.triton_w4a16_gemv import (GEMV_MAX_M, GEMV_PICK_MAX_M, GemvConfig, gemv_split_k,  # noqa: E402
+                                                  gemv_steps, pick_gemv_config)
 
 # The fp32 tests run on every device: in the interpreter on CPU, as real kernels on CUDA.
 device_param = pytest.mark.parametrize("device", TRITON_DEVICES)
@@ -111,19 +117,149 @@ def test_rejects_what_it_cannot_run(device, monkeypatch):
         w4a16_matmul(torch.randn(2, 64), weight.to("cpu"))
 
 
-def test_cuda_configs_split_k_only_when_tiles_are_few(monkeypatch):
-    """The CUDA table (checked here without a GPU): Llama-3-8B decode shapes on a 132-SM H100."""
+def test_cuda_dot_configs_split_k_only_when_tiles_are_few(monkeypatch):
+    """The tl.dot kernel's CUDA table (checked here without a GPU): Llama-3-8B shapes on a 132-SM H100."""
     monkeypatch.setattr(triton_w4a16, "_interpreting", lambda: False)
     monkeypatch.setattr(triton_w4a16, "_num_sms", lambda device: 132)
     cuda = torch.device("cuda")
-    o_proj = pick_config(1, 4096, 4096, 128, cuda)
+    o_proj = pick_dot_config(1, 4096, 4096, 128, cuda)
     assert (o_proj.block_m, o_proj.split_k) == (16, 8)  # 64 N tiles x 8 slices of 4 K steps
-    assert pick_config(1, 28672, 4096, 128, cuda).split_k == 1  # gate_up: 448 tiles already
-    down = pick_config(1, 4096, 14336, 128, cuda)
+    assert pick_dot_config(1, 28672, 4096, 128, cuda).split_k == 1  # gate_up: 448 tiles already
+    down = pick_dot_config(16, 4096, 14336, 128, cuda)
+    assert down == pick_config(16, 4096, 14336, 128, cuda)  # past GEMV_PICK_MAX_M the wrapper runs tl.dot
     assert down.split_k == 8 and 14336 // 128 // down.split_k >= 4
-    assert pick_config(1, 4096, 256, 32, cuda).split_k == 2  # short K: every slice keeps >= 4 steps
+    assert pick_dot_config(1, 4096, 256, 32, cuda).split_k == 2  # short K: every slice keeps >= 4 steps
     prefill = pick_config(512, 4096, 4096, 128, cuda)
     assert (prefill.block_m, prefill.block_n, prefill.split_k) == (128, 128, 1)
+
+
+# --- the small-M GEMV kernel --------------------------------------------------------------------------------------
+
+def gemv_tolerance(x: torch.Tensor, weight: Int4Weight) -> torch.Tensor:
+    """A first-order bound on the GEMV's fp32 rounding, per output [M, N]: every term it sums is at most
+    |x| * (48 s + |z|) (16 s * f with f < 2, plus x * (z - 16 s)), and no chain of additions is longer than 8 (the
+    nibbles of a word) + log2(K) (the segment and step trees) + K / 32 (steps of >= 32 columns) + 2."""
+    n, k = weight.shape
+    per_column = (48 * weight.scales + weight.mins.abs()).repeat_interleave(weight.group_size, dim=1)  # [N, K]
+    magnitude = x.reshape(-1, k).cpu().double().abs() @ per_column.double().t()
+    depth = 8 + math.log2(k) + k / 32 + 2
+    return depth * torch.finfo(torch.float32).eps * magnitude
+
+
+def assert_gemv_close(y: torch.Tensor, x: torch.Tensor, weight: Int4Weight) -> None:
+    ref = reference(x.reshape(-1, weight.shape[1]), weight)
+    error = (y.reshape(ref.shape).cpu().double() - ref.double()).abs()
+    bound = gemv_tolerance(x, weight)
+    worst = error.argmax()
+    assert bool((error <= bound).all()), f"error {error.flatten()[worst]:.3g} > bound {bound.flatten()[worst]:.3g}"
+
+
+# (M, N, K, group, GemvConfig). N is never a multiple of block_n.
+GEMV_CASES = {
+    "m1_g32_four_segments": (1, 40, 256, 32, GemvConfig(16, 128)),
+    "m2_g64_split2": (2, 20, 512, 64, GemvConfig(8, 256, split_k=2)),
+    "m3_g128_step_inside_group": (3, 50, 256, 128, GemvConfig(16, 64)),
+    "m5_g32_split_uneven": (5, 24, 384, 32, GemvConfig(16, 128, split_k=2)),  # 3 steps: slices of 2 and 1
+    "m8_g128_block_k_halved": (8, 36, 384, 128, GemvConfig(32, 256, split_k=4)),  # K % 256: steps of 128, 3 slices
+    "m1_split_more_than_steps": (1, 12, 128, 64, GemvConfig(4, 64, split_k=8)),
+    "m4_g96_not_a_power_of_two": (4, 10, 192, 96, GemvConfig(8, 64)),  # segments of 32 columns
+}
+
+
+@device_param
+@pytest.mark.parametrize("case", list(GEMV_CASES))
+def test_gemv_matches_dequantized_reference(case, device):
+    m, n, k, group, config = GEMV_CASES[case]
+    weight = random_int4(n, k, group, seed=len(case))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(7))
+    y = w4a16_matmul(x.to(device), weight.to(device), config)
+    assert y.shape == (m, n) and y.dtype == torch.float32
+    assert_gemv_close(y, x, weight)
+
+
+@device_param
+def test_gemv_3d_and_strided_input(device):
+    """x [B, S, K] (M = 6), a slice with a row stride > K, and a column-major x (K stride 3)."""
+    weight = quantize_int4(torch.randn(36, 128, generator=torch.Generator().manual_seed(2)), 32)
+    config = GemvConfig(16, 128, split_k=2)
+    x = torch.randn(2, 3, 128, generator=torch.Generator().manual_seed(3))
+    y = w4a16_matmul(x.to(device), weight.to(device), config)
+    assert y.shape == (2, 3, 36)
+    assert_gemv_close(y, x, weight)
+    wide = torch.randn(2, 1, 200, generator=torch.Generator().manual_seed(4))
+    assert_gemv_close(w4a16_matmul(wide.to(device)[..., 10:138], weight.to(device), config), wide[..., 10:138], weight)
+    xt = torch.randn(128, 3, generator=torch.Generator().manual_seed(5)).t()
+    assert_gemv_close(w4a16_matmul(xt.to(device), weight.to(device), config), xt, weight)
+
+
+def test_gemv_steps_and_slices():
+    assert gemv_steps(4096, 128, GemvConfig(block_k=1024)) == (128, 1024, 4)
+    assert gemv_steps(14336, 32, GemvConfig(block_k=1024)) == (32, 1024, 14)
+    assert gemv_steps(384, 128, GemvConfig(block_k=256)) == (128, 128, 3)  # 256 does not divide K
+    assert gemv_steps(192, 96, GemvConfig(block_k=64)) == (32, 64, 3)
+    assert gemv_split_k(4096, 128, GemvConfig(block_k=1024, split_k=8)) == 4  # no more slices than steps
+    assert gemv_split_k(384, 32, GemvConfig(block_k=128, split_k=2)) == 2
+    assert gemv_split_k(640, 128, GemvConfig(block_k=128, split_k=4)) == 3  # 5 steps: 2, 2, 1, not 2, 2, 1, 0
+
+
+def test_wrapper_picks_the_gemv_for_small_m_on_cuda(monkeypatch):
+    """The choice, without a GPU: a pure rule, and pick_config as if Triton were compiled for a 132-SM H100."""
+    assert uses_gemv(1, on_cuda=True) and uses_gemv(GEMV_PICK_MAX_M, on_cuda=True)
+    assert not uses_gemv(GEMV_PICK_MAX_M + 1, on_cuda=True) and not uses_gemv(1, on_cuda=False)
+    assert GEMV_PICK_MAX_M <= GEMV_MAX_M
+    assert isinstance(pick_config(1, 4096, 4096, 128, torch.device("cpu")), W4A16Config)  # interpreter: tl.dot
+    monkeypatch.setattr(triton_w4a16, "_interpreting", lambda: False)
+    monkeypatch.setattr(triton_w4a16, "_num_sms", lambda device: 132)
+    cuda = torch.device("cuda")
+    for m in range(1, GEMV_PICK_MAX_M + 1):
+        assert pick_config(m, 4096, 4096, 128, cuda) == pick_gemv_config(m, 4096, 4096, 128, 132)
+    assert isinstance(pick_config(GEMV_PICK_MAX_M + 1, 4096, 4096, 128, cuda), W4A16Config)
+    assert isinstance(pick_config(1, 4096, 4096, 128, torch.device("cpu")), W4A16Config)
+
+
+def test_gemv_table_on_llama_shapes():
+    """Split-K only where the N tiles alone leave SMs idle (132 SMs), never more slices than half the steps."""
+    assert pick_gemv_config(1, 4096, 4096, 128, 132) == GemvConfig(16, 1024, 1)  # o_proj: 256 tiles
+    assert pick_gemv_config(1, 28672, 4096, 128, 132).split_k == 1  # gate_up
+    assert pick_gemv_config(1, 1024, 4096, 128, 132).split_k == 2  # k/v_proj: 64 tiles, 4 steps
+    assert pick_gemv_config(1, 1024, 14336, 128, 132).split_k == 4  # 64 tiles x 4 >= 132
+    assert pick_gemv_config(8, 4096, 4096, 128, 132).block_n == 32
+
+
+@pytest.mark.triton_interpreter
+def test_gemv_dispatch_runs_the_gemv_kernel(monkeypatch):
+    """Where pick_config says GEMV, w4a16_matmul launches it (here: the interpreter standing in for CUDA)."""
+    launched = []
+    original = triton_w4a16.launch_gemv
+
+    def spy(*args):
+        launched.append(args[-2])
+        original(*args)
+
+    monkeypatch.setattr(triton_w4a16, "launch_gemv", spy)
+    monkeypatch.setattr(triton_w4a16, "uses_gemv", lambda m, on_cuda: m <= GEMV_PICK_MAX_M)
+    weight = random_int4(24, 128, 32)
+    x = torch.randn(2, 128)
+    assert_gemv_close(w4a16_matmul(x, weight), x, weight)
+    assert len(launched) == 1 and isinstance(launched[0], GemvConfig)
+    w4a16_matmul(torch.randn(GEMV_PICK_MAX_M + 1, 128), weight)
+    assert len(launched) == 1
+
+
+@device_param
+def test_gemv_rejects_bad_configs(device):
+    weight = random_int4(16, 64, 32).to(device)
+    x = torch.randn(2, 64, device=device)
+    for config, message in ((GemvConfig(block_n=24), "block_n must be a power of two"),
+                            (GemvConfig(block_k=48), "block_k must be a power of two"),
+                            (GemvConfig(block_k=16), "block_k must be >= 32"),
+                            (GemvConfig(num_warps=3), "num_warps must be a power of two"),
+                            (GemvConfig(split_k=0), "split_k must be >= 1"),
+                            (GemvConfig(num_stages=0), "num_stages must be >= 1")):
+        with pytest.raises(ValueError, match=message):
+            w4a16_matmul(x, weight, config)
+    with pytest.raises(ValueError, match=f"at most {GEMV_MAX_M} rows"):
+        w4a16_matmul(torch.randn(GEMV_MAX_M + 1, 64, device=device), weight, GemvConfig())
 
 
 # --- QuantizedLinear's choice ---------------------------------------------------------------------------------
@@ -174,6 +310,20 @@ def test_cuda_matches_reference(dtype, m, n, k, group):
     y = w4a16_matmul(x, weight)
     assert y.dtype == dtype and y.shape == (m, n)
     # The reference from the very (rounded) activations the kernel sees; the kernel's own error is the output cast.
+    assert_close(y, reference(x.float(), weight.to("cpu")), 1e-5 if dtype == torch.float32 else 1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("config", [None, GemvConfig(32, 512, 2, num_warps=8)])
+def test_cuda_gemv_matches_reference(dtype, m, config):
+    if config is None:
+        config = pick_gemv_config(m, 1000, 1024, 128, torch.cuda.get_device_properties(0).multi_processor_count)
+    weight = random_int4(1000, 1024, 128, seed=m).to("cuda")
+    x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m)).to("cuda", dtype)
+    y = w4a16_matmul(x, weight, config)
+    assert y.dtype == dtype and y.shape == (m, 1000)
     assert_close(y, reference(x.float(), weight.to("cpu")), 1e-5 if dtype == torch.float32 else 1e-2)
 
 

@@ -17,11 +17,18 @@ which costs a few FMAs per output element instead of two per weight element, and
 activation dtype (the products are exact, so the result is if anything closer to the fp32 reference than
 F.linear on a dequantized fp16/bf16 weight).
 
-Decode (M <= 16) has too few output tiles to fill the GPU when N is small, so the K loop is split: each slice
+Small M (decode) has too few output tiles to fill the GPU when N is small, so the K loop is split: each slice
 writes an fp32 partial tile and a small second kernel sums the slices in a fixed order and casts (deterministic,
 unlike atomics). Block sizes come from a fixed table (decode / small batch / prefill) instead of autotuning: no
 tuning runs at engine start, and the same shapes always run the same code. They are untuned guesses until measured
 on a GPU (benchmarks/w4a16.py takes --sweep to compare the alternatives).
+
+Small-M path. tl.dot pads M to 16, so a batch-1 decode step spends most of its work on padding; on CUDA the wrapper
+hands M <= GEMV_PICK_MAX_M (4) rows to a GEMV kernel instead (triton_w4a16_gemv.py: no tl.dot, each program streams
+BLOCK_N weight rows once for all M rows, FMAs on the CUDA cores, codes unpacked without int->float conversions,
+split-K partials summed by the same deterministic kernel). `pick_config` returns a GemvConfig or a W4A16Config;
+either can be passed to w4a16_matmul (the interpreter runs the GEMV only when a GemvConfig asks for it). The
+threshold and the GEMV table come from SASS instruction counts, not from timings: no GPU has measured them yet.
 
 On CPU the kernel runs only in the Triton interpreter (TRITON_INTERPRET=1 before triton is imported), in float32.
 """
@@ -36,6 +43,8 @@ import triton
 import triton.language as tl
 
 from tiers.quantization.int4 import Int4Weight
+from tiers.quantization.triton_w4a16_gemv import (GEMV_PICK_MAX_M, GemvConfig, check_gemv_config, gemv_split_k,
+                                                  launch_gemv, pick_gemv_config)
 from tiers.triton_device import interpreted
 
 # tl.dot needs every tile dimension >= 16 on GPUs; a step's dot runs over BLOCK_K / 2 (the even or odd columns).
@@ -133,9 +142,22 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def pick_config(m: int, n: int, k: int, group_size: int, device: torch.device) -> W4A16Config:
-    """Block sizes for a problem: decode-shaped (M <= 16), small batches (M <= 64), prefill. Split-K only when the
-    output tiles alone would leave SMs idle."""
+def uses_gemv(m: int, on_cuda: bool) -> bool:
+    """Whether the wrapper's own pick for M rows is the GEMV kernel: on CUDA, up to GEMV_PICK_MAX_M rows. The
+    interpreter runs it only when a GemvConfig asks for it."""
+    return on_cuda and m <= GEMV_PICK_MAX_M
+
+
+def pick_config(m: int, n: int, k: int, group_size: int, device: torch.device) -> W4A16Config | GemvConfig:
+    """The config w4a16_matmul runs without one: the GEMV table for small M on CUDA, else the tl.dot table."""
+    if uses_gemv(m, device.type == "cuda" and not _interpreting()):
+        return pick_gemv_config(m, n, k, group_size, _num_sms(device))
+    return pick_dot_config(m, n, k, group_size, device)
+
+
+def pick_dot_config(m: int, n: int, k: int, group_size: int, device: torch.device) -> W4A16Config:
+    """Block sizes of the tl.dot kernel: decode-shaped (M <= 16), small batches (M <= 64), prefill. Split-K only
+    when the output tiles alone would leave SMs idle."""
     if _interpreting() or device.type != "cuda":
         return W4A16Config(block_m=16, block_n=32, block_k=64)
     if m <= 16:
@@ -194,9 +216,34 @@ def _check_config(config: W4A16Config, group_size: int) -> None:
                          f"{MIN_BLOCK_K} dividing the group size {group_size}")
 
 
-def w4a16_matmul(x: torch.Tensor, weight: Int4Weight, config: W4A16Config | None = None) -> torch.Tensor:
+def _dot_plan(k: int, group_size: int, config: W4A16Config) -> tuple[int, int, int, int]:
+    """(BLOCK_K, K steps, steps per slice, slices) of the tl.dot kernel: no empty slices."""
+    block_k = _block_k(config.block_k, group_size)
+    total_iters = k // block_k
+    split_k = max(1, min(config.split_k, total_iters))
+    iters_per_split = triton.cdiv(total_iters, split_k)
+    return block_k, total_iters, iters_per_split, triton.cdiv(total_iters, iters_per_split)
+
+
+def _launch_dot(x2: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+                target: torch.Tensor, group_size: int, config: W4A16Config) -> None:
+    m, k = x2.shape
+    n = packed.shape[0]
+    block_k, total_iters, iters_per_split, split_k = _dot_plan(k, group_size, config)
+    stride_os = 0 if split_k == 1 else target.stride(0)
+    grid = (triton.cdiv(n, config.block_n), triton.cdiv(m, config.block_m), split_k)
+    _w4a16_kernel[grid](
+        x2, packed, scales, mins, target, m, n, iters_per_split, total_iters,
+        x2.stride(0), x2.stride(1), packed.stride(0), scales.stride(0), stride_os, target.stride(-2),
+        target.stride(-1),
+        GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=block_k,
+        IS_FP32=x2.dtype == torch.float32, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+def w4a16_matmul(x: torch.Tensor, weight: Int4Weight, config: W4A16Config | GemvConfig | None = None) -> torch.Tensor:
     """x [M, K] or [B, S, K] (fp16/bf16/fp32 on CUDA; fp32 in the interpreter) @ weight.dequantize()^T ->
-    [M, N] or [B, S, N] in x's dtype. config: override the block sizes (tests, benchmarks)."""
+    [M, N] or [B, S, N] in x's dtype. config: override the kernel and its block sizes (tests, benchmarks): a
+    GemvConfig runs the GEMV kernel (M <= GEMV_MAX_M), a W4A16Config the tl.dot one; None takes pick_config's."""
     _check_inputs(x, weight)
     n, k = weight.shape
     lead = x.shape[:-1]
@@ -207,25 +254,21 @@ def w4a16_matmul(x: torch.Tensor, weight: Int4Weight, config: W4A16Config | None
         return out.view(*lead, n)
     if config is None:
         config = pick_config(m, n, k, weight.group_size, x.device)
-    _check_config(config, weight.group_size)
-    block_k = _block_k(config.block_k, weight.group_size)
+    if isinstance(config, GemvConfig):
+        check_gemv_config(config, m)
+        split_k = gemv_split_k(k, weight.group_size, config)
+    else:
+        _check_config(config, weight.group_size)
+        split_k = _dot_plan(k, weight.group_size, config)[3]
     packed = weight.packed if weight.packed.stride(1) == 1 else weight.packed.contiguous()
     scales, mins = weight.scales.contiguous(), weight.mins.contiguous()
     if scales.stride(0) != mins.stride(0):  # contiguous [N, groups] both: equal strides
         raise ValueError("scales and mins must have one layout")
-    total_iters = k // block_k
-    split_k = max(1, min(config.split_k, total_iters))
-    iters_per_split = triton.cdiv(total_iters, split_k)
-    split_k = triton.cdiv(total_iters, iters_per_split)  # no empty slices
     target = out if split_k == 1 else torch.empty(split_k, m, n, dtype=torch.float32, device=x.device)
-    stride_os = 0 if split_k == 1 else target.stride(0)
-    grid = (triton.cdiv(n, config.block_n), triton.cdiv(m, config.block_m), split_k)
-    _w4a16_kernel[grid](
-        x2, packed, scales, mins, target, m, n, iters_per_split, total_iters,
-        x2.stride(0), x2.stride(1), packed.stride(0), scales.stride(0), stride_os, target.stride(-2),
-        target.stride(-1),
-        GROUP_SIZE=weight.group_size, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=block_k,
-        IS_FP32=x.dtype == torch.float32, num_warps=config.num_warps, num_stages=config.num_stages)
+    if isinstance(config, GemvConfig):
+        launch_gemv(x2, packed, scales, mins, target, weight.group_size, config, split_k)
+    else:
+        _launch_dot(x2, packed, scales, mins, target, weight.group_size, config)
     if split_k > 1:
         block = 1024
         _sum_splits_kernel[(triton.cdiv(m * n, block),)](target, out, m * n, SPLIT_K=split_k, BLOCK=block)
