@@ -141,30 +141,38 @@ def run_engine(engine, workload) -> tuple[float, list[list[int]]]:
 # ------------------------------------------------------------------------------------------------ batch-1 decode
 
 
-def copy_bandwidth(num_bytes: int = 256 << 20, repeats: int = 7) -> float:
-    """Bytes per second of a large tensor copy, counting read + write, best of `repeats`."""
-    src = torch.ones(num_bytes // 4)
+def copy_bandwidth(num_bytes: int = 256 << 20, repeats: int = 7, device: str = "cpu") -> float:
+    """Bytes per second of a large tensor copy on `device` (device to device on a GPU), counting read + write,
+    best of `repeats`."""
+    src = torch.ones(num_bytes // 4, device=device)
     dst = torch.zeros_like(src)
+    sync = torch.cuda.synchronize if src.is_cuda else (lambda: None)
+    dst.copy_(src)  # warm-up
     best = float("inf")
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         dst.copy_(src)
+        sync()
         best = min(best, time.perf_counter() - start)
     return 2 * num_bytes / best
 
 
-def batch1(systems: dict[str, Callable[[int], Any]], prompt_len: int, new_tokens: int) -> dict[str, float]:
+def batch1(systems: dict[str, Callable[[int], Any]], prompt_len: int, new_tokens: int, repeats: int = 3,
+           warmup: tuple[int, ...] = (8,)) -> dict[str, float]:
     """Decode tokens/s of each system: (new_tokens - 1) / (time(new_tokens) - time(1)), so the prefill cancels
-    out. Interleaved, best of three (the cores are shared with everything else on the machine)."""
+    out. Interleaved, best of `repeats` (the cores are shared with everything else on the machine). Each system
+    first runs once per length in `warmup` (e.g. the longest first, for a cache sized by its first call)."""
     def timed(fn, n):
         start = time.perf_counter()
         fn(n)
         return time.perf_counter() - start
 
     for fn in systems.values():
-        fn(8)  # warm-up
+        for n in warmup:
+            fn(n)
     best = {(name, n): float("inf") for name in systems for n in (1, new_tokens)}
-    for _ in range(3):
+    for _ in range(repeats):
         for name, fn in systems.items():
             for n in (1, new_tokens):
                 best[name, n] = min(best[name, n], timed(fn, n))

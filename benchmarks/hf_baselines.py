@@ -15,23 +15,32 @@ STATIC_BATCH = 16
 ENGINE_BATCHED_TOKENS = 2048  # the engine's default max_num_batched_tokens: hf-batch gets the same token budget
 
 
-def load_hf(path: Path):
+def load_hf(path: Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     from transformers import AutoModelForCausalLM
 
     import transformers
 
     dtype_arg = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"  # 5.x renamed it
-    model = AutoModelForCausalLM.from_pretrained(path, **{dtype_arg: torch.float32}).eval()
+    kwargs = {dtype_arg: dtype}
+    if device != "cpu":
+        try:  # straight onto the device
+            model = AutoModelForCausalLM.from_pretrained(path, device_map=device, **kwargs)
+        except (ImportError, ValueError):  # a transformers that needs accelerate for device_map
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model.eval()
     model.generation_config.eos_token_id = None  # ignore_eos
     model.generation_config.pad_token_id = 0
     return model
 
 
-
 @torch.inference_mode()
-def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+def hf_greedy(model, prompt: list[int], n: int, **generate_kwargs: Any) -> list[int]:
+    """generate_kwargs: e.g. cache_implementation="static" (on a GPU, transformers then compiles the forward)."""
+    ids = torch.tensor([prompt], device=model.device)
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                         do_sample=False, eos_token_id=None, pad_token_id=0, **generate_kwargs)
     return out[0, len(prompt):].tolist()
 
 
@@ -63,11 +72,11 @@ def kv_page_size(cb_config) -> int:
     return 32
 
 
-def hf_batch_configs(kv_bytes_per_token: int, workload):
-    """transformers' continuous batching settings: its defaults, except the KV cache (the engine's CPU budget,
-    min(1 GiB, RAM / 8): without psutil transformers sizes it from the whole RAM) and the batch token budget (the
-    engine's 2048). Returns (generation config, continuous batching config); the latter is None on a transformers
-    without ContinuousBatchingConfig, whose generation config carries the settings."""
+def hf_batch_configs(kv_bytes_per_token: int, workload, kv_budget: int | None = None):
+    """transformers' continuous batching settings: its defaults, except the KV cache (kv_budget bytes, by default
+    the engine's CPU budget, min(1 GiB, RAM / 8): without psutil transformers sizes it from the whole RAM) and the
+    batch token budget (the engine's 2048). Returns (generation config, continuous batching config); the latter is
+    None on a transformers without ContinuousBatchingConfig, whose generation config carries the settings."""
     from transformers import GenerationConfig
 
     try:
@@ -75,8 +84,9 @@ def hf_batch_configs(kv_bytes_per_token: int, workload):
     except ImportError:  # transformers 4.x: the settings are GenerationConfig attributes
         ContinuousBatchingConfig = None
     page_size = kv_page_size(ContinuousBatchingConfig() if ContinuousBatchingConfig else GenerationConfig())
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    kv_budget = min(1 << 30, ram // 8)
+    if kv_budget is None:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        kv_budget = min(1 << 30, ram // 8)
     num_blocks = max(1, kv_budget // (page_size * kv_bytes_per_token))
     cache = dict(num_blocks=num_blocks, max_batch_tokens=ENGINE_BATCHED_TOKENS)
     gen_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,  # -1: no eos (ignore_eos)
@@ -127,9 +137,11 @@ def _finished(result) -> bool:
     return getattr(result.status, "name", str(result.status)) == "FINISHED"  # transformers 4.x
 
 
-def run_hf_continuous(model, kv_bytes_per_token: int, workload) -> tuple[float, list[list[int]]]:
-    """What `generate_batch` does (same manager, same workload hints), but with per-request max_new_tokens."""
-    gen_config, cb_config = hf_batch_configs(kv_bytes_per_token, workload)
+def run_hf_continuous(model, kv_bytes_per_token: int, workload, kv_budget: int | None = None
+                      ) -> tuple[float, list[list[int]]]:
+    """What `generate_batch` does (same manager, same workload hints), but with per-request max_new_tokens.
+    kv_budget: the KV cache's bytes (see hf_batch_configs)."""
+    gen_config, cb_config = hf_batch_configs(kv_bytes_per_token, workload, kv_budget)
     # Not under inference_mode: the manager's thread updates tensors made here in place.
     with _cb_manager(model, gen_config, cb_config, workload) as manager:
         start = time.perf_counter()  # its start-up (cache allocation, warm-up) is not counted

@@ -77,6 +77,52 @@ def test_awq_greedy_equals_the_dequantized_float_engine(awq):
     assert default == torch.bfloat16  # quantized on torch's kernels: bf16 activations by default
 
 
+def test_awq_weights_stream_layer_by_layer_and_equal_the_whole_file_conversion(awq, monkeypatch):
+    """load_awq_weights converts each layer as soon as its three tensors are read (not after the whole file, which
+    for a 70B checkpoint would sit in host memory), fuses qkv / gate_up as soon as their last shard is there, and
+    gives exactly what converting the whole file at once gives."""
+    from safetensors.torch import load_file
+
+    from tiers.models import awq as awq_module
+    from tiers.models.checkpoint import open_checkpoint
+    from tiers.quantization import Int4Weight, awq_gemm_to_int4
+
+    path, _ = awq
+    config = open_checkpoint(path).config
+    reads, converted_after = [0], []
+    real_iterate, real_convert = awq_module.iterate_weights, awq_module.awq_gemm_to_int4
+
+    def counting_iterate(folder):
+        for item in real_iterate(folder):
+            reads[0] += 1
+            yield item
+
+    def recording_convert(*args, **kwargs):
+        converted_after.append(reads[0])
+        return real_convert(*args, **kwargs)
+
+    monkeypatch.setattr(awq_module, "iterate_weights", counting_iterate)
+    monkeypatch.setattr(awq_module, "awq_gemm_to_int4", recording_convert)
+    got = awq_module.load_awq_weights(path, config, torch.bfloat16, "cpu")
+    assert len(converted_after) == 7 * config.num_layers
+    assert converted_after[0] < reads[0] // 2  # the first layer converted long before the last tensor is read
+
+    state = load_file(str(path / "model.safetensors"))
+    for i in range(config.num_layers):
+        prefix = f"model.layers.{i}."
+        int4 = {name: awq_gemm_to_int4(*(state[f"{prefix}{name}.{k}"] for k in ("qweight", "qzeros", "scales")))
+                for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+        want = {"self_attn.qkv_proj": Int4Weight.cat([int4[f"self_attn.{p}_proj"] for p in "qkv"]),
+                "self_attn.o_proj": int4["self_attn.o_proj"], "mlp.down_proj": int4["mlp.down_proj"],
+                "mlp.gate_up_proj": Int4Weight.cat([int4["mlp.gate_proj"], int4["mlp.up_proj"]])}
+        for name, w in want.items():
+            have = got[f"layers.{i}.{name}.weight"]
+            assert all(torch.equal(getattr(have, f), getattr(w, f)) for f in ("packed", "scales", "mins")), name
+        assert got[f"layers.{i}.input_layernorm.weight"].dtype == torch.bfloat16
+    assert torch.equal(got["embed_tokens.weight"], state["model.embed_tokens.weight"].to(torch.bfloat16))
+
+
 def test_awq_bad_group_and_missing_tensors_are_clear_errors(float_dir, tmp_path):
     write_awq_checkpoint(float_dir, tmp_path / "g64", group_size=64)
     with pytest.raises(AWQError, match="AWQ group size 64 is not supported"):

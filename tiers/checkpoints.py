@@ -121,15 +121,13 @@ def create_random_checkpoint(path: str | Path, arch: str = "llama", *, seed: int
     (num_kv_heads = num_heads, plain rope), "qwen2" (random non-zero q/k/v biases) or "mistral".
     `max_shard_size` (e.g. "200KB") splits the safetensors into shards with an index; `config_overrides` go to
     the transformers config class last. The same arguments give the same files, byte for byte in the weights."""
-    from transformers import GenerationConfig
-
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
     path = Path(path)
     tokenizer = build_tokenizer(vocab_size)
     if len(tokenizer) > vocab_size:
         raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens")
-    ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in (("bos", BOS), ("eos", EOS), ("pad", PAD))}
+    ids = special_token_ids(tokenizer)
     common: dict[str, Any] = dict(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
         num_hidden_layers=num_layers, num_attention_heads=num_heads,
@@ -143,7 +141,7 @@ def create_random_checkpoint(path: str | Path, arch: str = "llama", *, seed: int
     if arch == "llama":
         common["rope_scaling"] = dict(LLAMA3_ROPE_SCALING)
     common.update(config_overrides)
-    config = _config_class(arch)(**_rope_for_installed_transformers(common))
+    config = _config_class(arch)(**rope_for_installed_transformers(common))
     with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's random state
         torch.manual_seed(seed)
         model = _model_class(arch)(config).to(torch.float32).eval()
@@ -156,12 +154,27 @@ def create_random_checkpoint(path: str | Path, arch: str = "llama", *, seed: int
     if max_shard_size:
         kwargs["max_shard_size"] = max_shard_size
     model.save_pretrained(path, **kwargs)
+    save_tokenizer(path, tokenizer)
+    return path
+
+
+def special_token_ids(tokenizer) -> dict[str, int]:
+    """{"bos", "eos", "pad"}: build_tokenizer's ids for them (what a config.json built for it names)."""
+    return {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in (("bos", BOS), ("eos", EOS), ("pad", PAD))}
+
+
+def save_tokenizer(path: str | Path, tokenizer) -> None:
+    """Writes build_tokenizer's tokenizer files and a generation_config.json into the checkpoint folder `path`
+    (for checkpoints whose weights are written some other way, e.g. built on a GPU)."""
+    from transformers import GenerationConfig
+
+    path = Path(path)
+    ids = special_token_ids(tokenizer)
     tokenizer.save_pretrained(path)
     _portable_tokenizer_config(path / "tokenizer_config.json")
     # As in Llama 3, the end of an assistant turn also ends generation.
     eos_ids = [ids["eos"], tokenizer.convert_tokens_to_ids(EOT)]
     GenerationConfig(bos_token_id=ids["bos"], eos_token_id=eos_ids, pad_token_id=ids["pad"]).save_pretrained(path)
-    return path
 
 
 def _portable_tokenizer_config(file: Path) -> None:
@@ -195,7 +208,7 @@ def _transformers_major() -> int:
     return int(transformers.__version__.split(".")[0])
 
 
-def _rope_for_installed_transformers(kwargs: dict[str, Any]) -> dict[str, Any]:
+def rope_for_installed_transformers(kwargs: dict[str, Any]) -> dict[str, Any]:
     """transformers 5.x takes `rope_parameters` (theta inside); 4.x takes `rope_theta` and `rope_scaling`."""
     if _transformers_major() < 5 or "rope_parameters" in kwargs:
         return kwargs

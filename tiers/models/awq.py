@@ -44,39 +44,56 @@ def awq_config(raw: dict[str, Any], path: Path | str = "") -> dict[str, Any] | N
     return qc
 
 
-def load_awq_weights(path: str | Path, config: ModelConfig, dtype: torch.dtype = torch.float32) -> Weights:
+def load_awq_weights(path: str | Path, config: ModelConfig, dtype: torch.dtype = torch.float32,
+                     device: torch.device | str = "cpu") -> Weights:
     """Our parameters from an AWQ folder: Int4Weight for the quantized projections (fused where all the shards of
-    a fused one are quantized, else dequantized and fused as float), float tensors in `dtype` for the rest."""
-    path = Path(path)
-    packed: dict[str, dict[str, torch.Tensor]] = {}  # HF module name -> {"qweight": ..., ...}
+    a fused one are quantized, else dequantized and fused as float), float tensors in `dtype` for the rest, all on
+    `device`.
+
+    Streamed: tensors are read one at a time, a layer is converted on `device` as soon as its qweight, qzeros and
+    scales have been read, and a fused projection is concatenated as soon as its last shard is there, so neither
+    host nor device memory ever holds more than the result plus one layer in transit (a 70B checkpoint of ~40 GB
+    loads on a 128 GiB host and converts on the GPU, not on the CPU)."""
+    path, device = Path(path), torch.device(device)
+    packed: dict[str, dict[str, torch.Tensor]] = {}  # HF module name -> {"qweight": ..., ...}, until complete
     shards: dict[str, dict[int, torch.Tensor | Int4Weight]] = {}
     weights: Weights = {}
     for name, tensor in iterate_weights(path):
         if name.endswith(IGNORED_WEIGHT_SUFFIXES) or (config.tie_word_embeddings and name == "lm_head.weight"):
             continue
         module, _, kind = name.rpartition(".")
-        if kind in _AWQ_TENSORS:
-            packed.setdefault(module, {})[kind] = tensor
-        else:
-            _put(weights, shards, name, tensor.to(dtype))
+        if kind not in _AWQ_TENSORS:
+            _put(weights, shards, name, tensor.to(device, dtype), dtype, path)
+            continue
+        parts = packed.setdefault(module, {})
+        parts[kind] = tensor.to(device)
+        if len(parts) == len(_AWQ_TENSORS):
+            del packed[module]
+            try:
+                weight = awq_gemm_to_int4(parts["qweight"], parts["qzeros"], parts["scales"], AWQ_GROUP_SIZE)
+            except QuantizationError as e:
+                raise AWQError(f"{path}: AWQ layer {module}: {e}") from e
+            _put(weights, shards, f"{module}.weight", weight, dtype, path)
     for module, parts in packed.items():
         missing = [k for k in _AWQ_TENSORS if k not in parts]
-        if missing:
-            raise AWQError(f"{path}: AWQ layer {module} has no {', '.join(missing)} (each quantized layer needs "
-                           "qweight, qzeros and scales)")
-        try:
-            weight = awq_gemm_to_int4(parts["qweight"], parts["qzeros"], parts["scales"], AWQ_GROUP_SIZE)
-        except QuantizationError as e:
-            raise AWQError(f"{path}: AWQ layer {module}: {e}") from e
-        _put(weights, shards, f"{module}.weight", weight)
-    weights.update(fuse_shards(shards, lambda ours: _FUSED_SHARDS[ours.split(".")[-2]], dtype, path, AWQError))
+        raise AWQError(f"{path}: AWQ layer {module} has no {', '.join(missing)} (each quantized layer needs "
+                       "qweight, qzeros and scales)")
+    weights.update(fuse_shards(shards, _num_shards, dtype, path, AWQError))  # only incomplete ones are left: raises
     return weights
 
 
-def _put(weights: Weights, shards: dict[str, dict[int, Any]], hf_name: str, value: torch.Tensor | Int4Weight
-         ) -> None:
+def _num_shards(ours: str) -> int:
+    return _FUSED_SHARDS[ours.split(".")[-2]]
+
+
+def _put(weights: Weights, shards: dict[str, dict[int, Any]], hf_name: str, value: torch.Tensor | Int4Weight,
+         dtype: torch.dtype, path: Path) -> None:
+    """Stores a weight under our name; a shard of a fused parameter waits for the others, then all are fused."""
     ours, shard = our_name(hf_name)
     if shard is None:
         weights[ours] = value
-    else:
-        shards.setdefault(ours, {})[shard] = value
+        return
+    parts = shards.setdefault(ours, {})
+    parts[shard] = value
+    if len(parts) == _num_shards(ours):
+        weights.update(fuse_shards({ours: shards.pop(ours)}, _num_shards, dtype, path, AWQError))

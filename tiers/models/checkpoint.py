@@ -75,7 +75,9 @@ class Checkpoint:
         if self.format == "hf":
             model = load_model(self.path, self.config, device, load_dtype)
         else:
-            weights = self.gguf.weights if self.format == "gguf" else load_awq_weights(self.path, self.config)
+            # AWQ: streamed, each layer converted on `device` (a 70B checkpoint never sits whole in host memory)
+            weights = self.gguf.weights if self.format == "gguf" else load_awq_weights(self.path, self.config,
+                                                                                         load_dtype, device)
             if quantization is None or quantization == "int8":
                 weights = _dequantized(weights)
             elif quantization == "int4":  # requantized from float below, as before GGUF blocks ran natively

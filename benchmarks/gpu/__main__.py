@@ -1,0 +1,3 @@
+from benchmarks.gpu.cli import main
+
+main()
