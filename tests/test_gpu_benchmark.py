@@ -60,7 +60,10 @@ def test_the_smoke_run_completes_on_cpu_and_writes_the_json(tmp_path):
     assert {r["system"] for r in skipped} >= {"engine CUDA graphs", "transformers static cache", "torch copy_"}
     assert all("needs CUDA" in r["skipped"] for r in skipped)
     assert result["details"]["kv_usage_512"]["peak_blocks"] > 0
-    assert set(result["details"]["correctness"]) == {"bfloat16", "float32"}
+    assert set(result["details"]["correctness"]) == {
+        "engine vs transformers, bfloat16", "engine vs transformers, float32",
+        "engine bfloat16 vs transformers float32 (rounding baseline)",
+        "transformers bfloat16 vs transformers float32 (rounding baseline)"}
 
 
 def test_the_cuda_branches_run_end_to_end_when_a_cpu_pretends_to_be_a_gpu(tmp_path):
