@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tiers.attention.triton_kv_tile import load_kv_tile
+
 # Key positions per inner-loop step, as in the unified kernel; tl.dot on GPUs needs every tile dimension >= 16.
 TILE = 32
 MIN_BLOCK_M = 16
@@ -79,15 +81,9 @@ def _split_kernel(
     for j in range(0, tl.cdiv(end - start, TILE)):
         key_pos = start + j * TILE + t
         key_ok = key_pos < end
-        block_id = tl.load(table_row + key_pos // BLOCK_SIZE,
-                           mask=key_ok & (key_pos // BLOCK_SIZE < max_blocks_per_seq), other=0).to(tl.int64)
-        in_block = key_pos % BLOCK_SIZE
-        k = tl.load(k_cache_ptr + block_id[None, :] * stride_kb + in_block[None, :] * stride_ks
-                    + kv_head * stride_kh + d[:, None],
-                    mask=d_ok[:, None] & key_ok[None, :], other=0.0)  # [HEAD_DIM_PAD, TILE]
-        v = tl.load(v_cache_ptr + block_id[:, None] * stride_vb + in_block[:, None] * stride_vs
-                    + kv_head * stride_vh + d[None, :],
-                    mask=key_ok[:, None] & d_ok[None, :], other=0.0)  # [TILE, HEAD_DIM_PAD]
+        k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, table_row, key_pos, key_ok, kv_head, d, d_ok,
+                            max_blocks_per_seq, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                            BLOCK_SIZE)
         if IS_FP32:
             scores = tl.dot(q, k, input_precision="ieee")
         else:
