@@ -91,17 +91,14 @@ def test_idle_rows_give_zeros_and_strided_query_works(device, dtype):
 
 def test_split_count_rule():
     sms, llama_kv_heads = 132, 8
-    # Batch 1 on a long context: enough slices for PROGRAMS_PER_SM programs per SM.
-    assert tda.pick_num_splits(1, llama_kv_heads, 8192, sms) == 33
+    # Batch 1: enough slices for PROGRAMS_PER_SM programs per SM.
+    assert tda.pick_num_splits(1, llama_kv_heads, sms) == 33
     # A batch that already gives every SM two programs: no split.
-    assert tda.pick_num_splits(33, llama_kv_heads, 8192, sms) == 1
-    # Short tables: no more splits than MIN_KEYS_PER_SPLIT-key slices of the longest sequence.
-    assert tda.pick_num_splits(1, llama_kv_heads, 256, sms) == 2
-    assert tda.pick_num_splits(1, llama_kv_heads, 16, sms) == 1
+    assert tda.pick_num_splits(33, llama_kv_heads, sms) == 1
     # Never more than MAX_SPLITS.
-    assert tda.pick_num_splits(1, 1, 1 << 20, sms) == tda.MAX_SPLITS
-    assert all(1 <= tda.pick_num_splits(n, llama_kv_heads, 4096, sms) <= 4096 // tda.MIN_KEYS_PER_SPLIT
-               for n in range(1, 40))
+    assert tda.pick_num_splits(1, 1, 1 << 20) == tda.MAX_SPLITS
+    counts = [tda.pick_num_splits(n, llama_kv_heads, sms) for n in range(1, 40)]
+    assert counts == sorted(counts, reverse=True) and counts[-1] == 1
 
 
 def test_split_kv_rejects_bad_inputs():
@@ -112,17 +109,16 @@ def test_split_kv_rejects_bad_inputs():
     with pytest.raises(ValueError, match="num_splits"):
         run_kernel(make_case([(1, 5)], 4, 2, 32, "cpu", torch.float32), split_kv=True, num_splits=0)
     with pytest.raises(ValueError, match="program"):
-        tda.pick_num_splits(0, 8, 128, 132)
+        tda.pick_num_splits(0, 8, 132)
 
 
 @pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_engine_gives_the_unified_kernels_tokens(llama_path, device, monkeypatch):
     """Decode steps through the split path, eagerly and in padded graph steps (rows of length 0), give the tokens of
-    the unified kernel's eager run. Slices as short as one tile: the 96-key tables of the graphs give three splits,
-    and contexts of 33 to 43 tokens span two slices of 32 keys."""
+    the unified kernel's eager run. With 64 SMs pretended, a batch of one to four gets 16 to 64 splits, so slices
+    are one tile and contexts of 33 to 43 tokens span two."""
     from tiers import Engine
 
-    monkeypatch.setattr(tda, "MIN_KEYS_PER_SPLIT", tda.TILE)
     monkeypatch.setattr(tda, "INTERPRETER_SM_COUNT", 64)
 
     def generate(graphs: bool, split: bool) -> list[list[int]]:

@@ -7,8 +7,8 @@ NUM_SPLITS), attends the GQA query heads of one KV head over one slice with the 
 softmax in fp32, and writes that slice's normalised output and log-sum-exp per query head. Kernel 2, grid
 (num_seqs, num_heads), merges the slices that hold keys in split order (deterministic) into the output.
 
-The split count (the grid) comes from shapes only (block_tables.shape[1], the batch and head counts, the SM
-count), never from seq_lens' values: a CUDA graph captures the launch once and replays it with other lengths.
+The split count (the grid) comes from shapes only (the batch and head counts, the SM count), never from
+seq_lens' values: a CUDA graph captures the launch once and replays it with other lengths.
 Each program derives its sequence's slice length on the device, cdiv(seq_len, NUM_SPLITS) rounded up to a tile
 (as vLLM's decode kernel does), so every split works at any context length, not only near the longest. A slice
 that starts at or past its sequence's length writes nothing, and the merge reads only the slices that hold keys,
@@ -29,8 +29,6 @@ TILE = 32
 MIN_BLOCK_M = 16
 # Aim for this many programs per SM (latency hiding) when sequences are long enough to split.
 PROGRAMS_PER_SM = 2
-# A slice shorter than this would spend more on its prologue and its partial than on its keys.
-MIN_KEYS_PER_SPLIT = 4 * TILE
 MAX_SPLITS = 64
 # Without a GPU (Triton's interpreter) the picker pretends to fill this many SMs.
 INTERPRETER_SM_COUNT = 4
@@ -147,18 +145,16 @@ def sm_count(device: torch.device) -> int:
     return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def pick_num_splits(num_seqs: int, num_kv_heads: int, max_keys: int, num_sms: int) -> int:
-    """The split count from shapes only; max_keys = max blocks per sequence * block size.
-
-    One split when num_seqs * num_kv_heads programs already give every SM PROGRAMS_PER_SM of them; otherwise
-    enough splits for that, but no more than a max_keys-long sequence fills with MIN_KEYS_PER_SPLIT-key slices,
-    and at most MAX_SPLITS."""
+def pick_num_splits(num_seqs: int, num_kv_heads: int, num_sms: int) -> int:
+    """The split count from the batch's shape only: one split when num_seqs * num_kv_heads programs already give
+    every SM PROGRAMS_PER_SM of them, else enough splits for that, at most MAX_SPLITS. Not from the block table's
+    width, which differs between an eager step (its longest sequence) and a graph (max_model_len): a decode batch
+    gets the same splits, hence the same sums, either way. A short sequence leaves the splits past its keys idle
+    (slices are at least one tile), and those return at once."""
     programs = num_seqs * num_kv_heads
-    if programs < 1 or num_sms < 1 or max_keys < 1:
-        raise ValueError(f"need >= 1 program, SM and key, got {num_seqs} x {num_kv_heads} programs, {num_sms} SMs, "
-                         f"{max_keys} keys")
-    wanted = triton.cdiv(PROGRAMS_PER_SM * num_sms, programs)
-    return max(1, min(wanted, max_keys // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
+    if programs < 1 or num_sms < 1:
+        raise ValueError(f"need >= 1 program and SM, got {num_seqs} x {num_kv_heads} programs, {num_sms} SMs")
+    return max(1, min(triton.cdiv(PROGRAMS_PER_SM * num_sms, programs), MAX_SPLITS))
 
 
 def split_kv_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -174,8 +170,7 @@ def split_kv_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     if num_seqs == 0:
         return out
     if num_splits is None:
-        num_splits = pick_num_splits(num_seqs, num_kv_heads, block_tables.shape[1] * block_size,
-                                     sm_count(query.device))
+        num_splits = pick_num_splits(num_seqs, num_kv_heads, sm_count(query.device))
     elif num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     group = num_heads // num_kv_heads
