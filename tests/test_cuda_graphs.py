@@ -91,3 +91,13 @@ def test_no_graphs_with_the_torch_backend_or_enforce_eager(llama_path):
     engine = Engine.from_pretrained(llama_path, dtype="float32", max_model_len=64, attention_backend="torch")
     engine.runner.capture_cuda_graphs(engine.config, engine.max_model_len, capture=False)
     assert engine.runner.cuda_graphs is None  # the torch backend reads its metadata on the host
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+def test_idle_buffers_write_no_kv(llama_path, device):
+    """What the graphs' warm-up runs before any step: every row idle, nothing written to the cache."""
+    engine = _engine(llama_path, device, True)
+    runner = engine.runner
+    for size in (4, 1):
+        runner.cuda_graphs._forward(size)
+    assert runner.kv_cache.k_cache.abs().sum() == 0 and runner.kv_cache.v_cache.abs().sum() == 0

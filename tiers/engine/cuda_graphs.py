@@ -51,9 +51,17 @@ def graph_size_for(num_seqs: int, sizes: Sequence[int]) -> int | None:
 
 
 class DecodeBuffers:
-    """The static inputs every graph reads, sized for the largest graph."""
+    """The static inputs every graph reads, sized for the largest graph. A step's inputs travel to the device as
+    one copy: a row per sequence (token, position, KV slot, context length, block table) in a pinned host buffer;
+    the graph itself then splits the rows into the tensors the kernels take."""
+
+    COLUMNS = 4  # token, position, slot, length; the block table follows
 
     def __init__(self, max_size: int, max_blocks_per_seq: int, device: torch.device) -> None:
+        shape = (max_size, self.COLUMNS + max_blocks_per_seq)
+        self.host = torch.zeros(shape, dtype=torch.int64, pin_memory=device.type == "cuda")
+        self.host[:, 2] = PAD_SLOT  # every row idle until a step fills it (the capture's warm-up writes no KV)
+        self.rows = self.host.to(device)
         self.input_ids = torch.zeros(max_size, dtype=torch.int64, device=device)
         self.positions = torch.zeros(max_size, dtype=torch.int64, device=device)
         self.slot_mapping = torch.full((max_size,), PAD_SLOT, dtype=torch.int64, device=device)
@@ -61,24 +69,24 @@ class DecodeBuffers:
         self.query_start_loc = torch.arange(max_size + 1, dtype=torch.int32, device=device)  # one token each
         self.block_tables = torch.zeros(max_size, max_blocks_per_seq, dtype=torch.int32, device=device)
 
-    @property
-    def max_blocks_per_seq(self) -> int:
-        return self.block_tables.shape[1]
-
     def fill(self, plan: BatchPlan, size: int) -> None:
-        """Copies a decode step's inputs into the first rows and makes rows num_seqs..size idle."""
+        """Copies a decode step's inputs into the first rows and makes rows num_seqs..size idle: token 0 at
+        position 0, slot PAD_SLOT, length 0. Block-table entries past a sequence's own are never read."""
         n = len(plan.input_ids)
-        tables = plan.layout.block_tables()  # as wide as the batch's longest table; later columns are never read
-        pad = size - n
-        host = {
-            "input_ids": torch.tensor(plan.input_ids + [0] * pad, dtype=torch.int64),
-            "positions": torch.tensor(plan.positions + [0] * pad, dtype=torch.int64),
-            "slot_mapping": torch.tensor(plan.layout.slot_mapping + [PAD_SLOT] * pad, dtype=torch.int64),
-            "seq_lens": torch.tensor(plan.layout.seq_lens + [0] * pad, dtype=torch.int32),
-        }
-        for name, values in host.items():
-            getattr(self, name)[:size].copy_(values, non_blocking=True)
-        self.block_tables[:n, :tables.shape[1]].copy_(tables, non_blocking=True)
+        rows = self.host.numpy()
+        rows[:n, 0], rows[:n, 1], rows[:n, 2], rows[:n, 3] = (plan.input_ids, plan.positions,
+                                                              plan.layout.slot_mapping, plan.layout.seq_lens)
+        rows[n:size, :self.COLUMNS] = (0, 0, PAD_SLOT, 0)
+        for i, ids in enumerate(plan.layout.block_ids):
+            rows[i, self.COLUMNS:self.COLUMNS + len(ids)] = ids
+        # The host rows are rewritten only at the next step, after this one's sampling has synchronised.
+        self.rows[:size].copy_(self.host[:size], non_blocking=True)
+
+    def unpack(self, size: int) -> None:
+        """Device-side, inside the graph: the rows into the kernels' contiguous inputs."""
+        for i, target in enumerate((self.input_ids, self.positions, self.slot_mapping, self.seq_lens)):
+            target[:size].copy_(self.rows[:size, i])
+        self.block_tables[:size].copy_(self.rows[:size, self.COLUMNS:])
 
     def metadata(self, size: int, kv_caches: KVCaches, backend: AttentionBackend) -> AttentionMetadata:
         return AttentionMetadata(self.slot_mapping[:size], self.block_tables[:size], self.seq_lens[:size],
@@ -119,6 +127,7 @@ class CUDAGraphRunner:
 
     def _forward(self, size: int) -> torch.Tensor:
         b = self.buffers
+        b.unpack(size)
         hidden = self.model(b.input_ids[:size], b.positions[:size], b.metadata(size, self.kv_caches, self.backend))
         return self.model.compute_logits(hidden)
 
