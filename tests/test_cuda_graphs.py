@@ -85,6 +85,9 @@ def test_steps_a_graph_cannot_hold_run_eagerly(llama_path, device):
     assert graphs.can_run(_decode_plan(2, 16)) and not graphs.can_run(_decode_plan(3, 16))
     prefill = BatchPlan([1, 2, 3], [0, 1, 2], BatchLayout([[1]], [3], [0, 3], [16, 17, 18], 16), [0], [2])
     assert not graphs.can_run(prefill)
+    too_long = _decode_plan(1, 16)
+    too_long.layout.block_ids[0] = list(range(graphs.buffers.max_blocks_per_seq + 1))
+    assert not graphs.can_run(too_long)
 
 
 def test_no_graphs_with_the_torch_backend_or_enforce_eager(llama_path):

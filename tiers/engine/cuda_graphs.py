@@ -69,6 +69,10 @@ class DecodeBuffers:
         self.query_start_loc = torch.arange(max_size + 1, dtype=torch.int32, device=device)  # one token each
         self.block_tables = torch.zeros(max_size, max_blocks_per_seq, dtype=torch.int32, device=device)
 
+    @property
+    def max_blocks_per_seq(self) -> int:
+        return self.block_tables.shape[1]
+
     def fill(self, plan: BatchPlan, size: int) -> None:
         """Copies a decode step's inputs into the first rows and makes rows num_seqs..size idle: token 0 at
         position 0, slot PAD_SLOT, length 0. Block-table entries past a sequence's own are never read."""
@@ -111,7 +115,9 @@ class CUDAGraphRunner:
             self._capture_all()
 
     def can_run(self, plan: BatchPlan) -> bool:
-        return plan.num_tokens == len(plan.order) and graph_size_for(plan.num_tokens, self.sizes) is not None
+        """A decode-only step that a graph holds, every block table within the buffers' width (max_model_len's)."""
+        return (plan.num_tokens == len(plan.order) and graph_size_for(plan.num_tokens, self.sizes) is not None
+                and max(map(len, plan.layout.block_ids)) <= self.buffers.max_blocks_per_seq)
 
     def run(self, plan: BatchPlan) -> torch.Tensor:
         """The logits [num_seqs, vocab] of a decode step in batch order (a view valid until the next run)."""
