@@ -104,3 +104,19 @@ def test_idle_buffers_write_no_kv(llama_path, device):
     for size in (4, 1):
         runner.cuda_graphs._forward(size)
     assert runner.kv_cache.k_cache.abs().sum() == 0 and runner.kv_cache.v_cache.abs().sum() == 0
+
+
+def test_a_failed_capture_leaves_the_engine_eager(llama_path, monkeypatch, caplog):
+    from tiers.engine import model_runner
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(model_runner, "CUDAGraphRunner", fail)
+    engine = Engine.from_pretrained(llama_path, dtype="float32", max_model_len=64, attention_backend="torch")
+    engine.runner.attention_backend.supports_cuda_graphs = True  # as the Triton backend's
+    with caplog.at_level("WARNING"):
+        engine.runner.capture_cuda_graphs(engine.config, engine.max_model_len, capture=False)
+    assert engine.runner.cuda_graphs is None and "runs eagerly" in caplog.text
+    out = engine.generate([[11, 12, 13]], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True))
+    assert len(out[0].token_ids) == 3

@@ -51,8 +51,14 @@ class ModelRunner:
             logger.info("no CUDA graphs: the %s attention backend cannot run in one", self.attention_backend.name)
             return
         sizes = config.cuda_graph_sizes or default_graph_sizes(config.max_num_seqs)
-        self.cuda_graphs = CUDAGraphRunner(self.model, self.attention_backend, self.kv_cache.layers, sizes,
-                                           -(-max_model_len // self.block_size), self.device, capture)
+        try:
+            self.cuda_graphs = CUDAGraphRunner(self.model, self.attention_backend, self.kv_cache.layers, sizes,
+                                               -(-max_model_len // self.block_size), self.device, capture)
+        except Exception as e:  # an op that cannot be captured: serve eagerly rather than not at all
+            logger.warning("CUDA graph capture failed, every step runs eagerly (enforce_eager=True hides this "
+                           "warning): %s: %s", type(e).__name__, e)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
 
     @property
     def kv_bytes_per_block(self) -> int:
