@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tiers.attention.triton_kv_tile import load_kv_tile
+from tiers.attention.triton_kv_tile import accumulate_tile, load_kv_tile, tile_scores
 
 # Key positions per inner-loop step, as in the unified kernel; tl.dot on GPUs needs every tile dimension >= 16.
 TILE = 32
@@ -82,20 +82,14 @@ def _split_kernel(
         k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, table_row, key_pos, key_ok, kv_head, d, d_ok,
                             max_blocks_per_seq, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                             BLOCK_SIZE)
-        if IS_FP32:
-            scores = tl.dot(q, k, input_precision="ieee")
-        else:
-            scores = tl.dot(q, k)  # bf16/fp16 operands, fp32 accumulation
+        scores = tile_scores(q, k, IS_FP32)
         # Every tile holds at least one key (the slice is not empty), so each row's max is finite.
         scores = tl.where(key_ok[None, :], scores * scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))
         p = tl.exp(scores - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if IS_FP32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = accumulate_tile(acc, alpha, p, v, IS_FP32)
         m_i = m_new
 
     # Partials are [num_seqs, num_heads, num_splits, HEAD_DIM] and [num_seqs, num_heads, num_splits], contiguous.

@@ -1,5 +1,5 @@
-"""One tile of a sequence's cached keys and values, looked up through its block table (both Triton attention
-kernels walk the KV cache with it)."""
+"""One tile of attention over the paged KV cache, the step both Triton attention kernels repeat: the tile's keys and
+values looked up through the block table, the query-key scores, and the online softmax's output update."""
 from __future__ import annotations
 
 import triton
@@ -20,3 +20,20 @@ def load_kv_tile(k_cache_ptr, v_cache_ptr, table_row, key_pos, key_ok, kv_head, 
                 + kv_head * stride_vh + d[None, :],
                 mask=key_ok[:, None] & d_ok[None, :], other=0.0)
     return k, v
+
+
+@triton.jit
+def tile_scores(q, k, IS_FP32: tl.constexpr):
+    """q [M, HEAD_DIM_PAD] @ k [HEAD_DIM_PAD, TILE]: exact fp32 products in fp32, else bf16/fp16 operands with
+    fp32 accumulation."""
+    if IS_FP32:
+        return tl.dot(q, k, input_precision="ieee")
+    return tl.dot(q, k)
+
+
+@triton.jit
+def accumulate_tile(acc, alpha, p, v, IS_FP32: tl.constexpr):
+    """The online softmax's output update: acc rescaled by alpha plus p [M, TILE] @ v [TILE, HEAD_DIM_PAD]."""
+    if IS_FP32:
+        return acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    return acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from tiers.attention import triton_decode_attention
-from tiers.attention.triton_kv_tile import load_kv_tile
+from tiers.attention.triton_kv_tile import accumulate_tile, load_kv_tile, tile_scores
 from tiers.triton_device import unavailable
 
 # Key positions per inner-loop step; tl.dot on GPUs needs every tile dimension >= 16.
@@ -84,10 +84,7 @@ def _paged_attention_kernel(
         k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, table_row, key_pos, key_ok, kv_head, d, d_ok,
                             max_blocks_per_seq, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                             BLOCK_SIZE)
-        if IS_FP32:
-            scores = tl.dot(q, k, input_precision="ieee")
-        else:
-            scores = tl.dot(q, k)  # bf16/fp16 operands, fp32 accumulation
+        scores = tile_scores(q, k, IS_FP32)
         visible = (key_pos[None, :] < context_len + q_pos[:, None] + 1) & key_ok[None, :] & row_ok[:, None]
         scores = tl.where(visible, scores * scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))
@@ -95,10 +92,7 @@ def _paged_attention_kernel(
         p = tl.exp(scores - m_safe[:, None])
         alpha = tl.exp(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if IS_FP32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = accumulate_tile(acc, alpha, p, v, IS_FP32)
         m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     tl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
