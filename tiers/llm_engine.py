@@ -28,6 +28,7 @@ from tiers.engine.sampler import SamplerOutput
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams, StructuredOutputParams
 from tiers.engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
 from tiers.engine.sequence import Sequence
+from tiers.engine.turnstile import Turnstile
 from tiers.models.checkpoint import open_checkpoint
 from tiers.models.config import ModelConfig
 from tiers.models.gguf.reader import GGUFCheckpoint
@@ -73,7 +74,7 @@ class Engine:
         self._pending: deque[Sequence] = deque()
         self._pending_aborts: deque[str] = deque()
         self._lock = threading.RLock()
-        self._work = threading.Condition(self._lock)
+        self._work, self._turnstile = threading.Condition(self._lock), Turnstile()  # fair turns at the lock
         self._loop_thread: threading.Thread | None = None
         self._closed = False
         self.num_steps = 0
@@ -103,7 +104,7 @@ class Engine:
         self.processor.grammars.compile(params)
 
     def _submit(self, seqs: list[Sequence]) -> None:
-        with self._lock:
+        with self._turnstile.entering(), self._lock:
             for seq in seqs:
                 if seq.request_id in self._seqs or any(p.request_id == seq.request_id for p in self._pending):
                     raise InvalidRequestError(f"request id {seq.request_id!r} is already in use")
@@ -112,7 +113,7 @@ class Engine:
 
     def abort(self, request_id: str) -> None:
         """Stops a request (no-op if it already finished); its blocks are freed on the next step."""
-        with self._lock:
+        with self._turnstile.entering(), self._lock:
             self._pending_aborts.append(request_id)
             self._work.notify_all()
 
@@ -253,6 +254,7 @@ class Engine:
 
     def _run_loop(self) -> None:
         while True:
+            self._turnstile.let_in()
             with self._lock:
                 while not self._closed and not self.has_unfinished_requests():
                     self._work.wait()
@@ -267,9 +269,8 @@ class Engine:
     def _fail_all(self, error: str) -> None:
         with self._lock:
             self._admit_pending([])
-            for seq in list(self._seqs.values()):
-                if not seq.is_finished:
-                    self._finish(seq, "error", [], error=error, error_kind=ENGINE_FAILED)
+            for seq in [seq for seq in self._seqs.values() if not seq.is_finished]:
+                self._finish(seq, "error", [], error=error, error_kind=ENGINE_FAILED)
 
     def close(self) -> None:
         """Stops the background loop; unfinished requests are aborted."""
@@ -323,3 +324,4 @@ def _speculator(config: EngineConfig, draft_model: tuple[LlamaForCausalLM, Model
         return None
     draft_runner = DraftRunner(*draft_model, runner, max_model_len + 1) if draft_model else None
     return Speculator(config, draft_runner)
+
