@@ -1,6 +1,5 @@
 """Speculative decoding: greedy identity with the target alone (and transformers), the exact output distribution
 of the rejection sampler, rollback of rejected positions without leaking blocks, vocabulary checks, stats."""
-import json
 import shutil
 
 import pytest

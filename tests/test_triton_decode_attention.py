@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import TRITON_DEVICES
-from test_triton_kernels import DEVICE_DTYPES, assert_matches_reference, make_case, reference_for, run_kernel
+from test_triton_kernels import DEVICE_DTYPES, assert_matches_reference, make_case, run_kernel
 
 pytest.importorskip("triton")
 from tiers.attention import triton_decode_attention as tda  # noqa: E402

@@ -324,4 +324,3 @@ def _speculator(config: EngineConfig, draft_model: tuple[LlamaForCausalLM, Model
         return None
     draft_runner = DraftRunner(*draft_model, runner, max_model_len + 1) if draft_model else None
     return Speculator(config, draft_runner)
-

@@ -21,6 +21,7 @@ from tiers.quantization.linear import native_quantized
 
 logger = logging.getLogger(__name__)
 
+
 class ModelRunner:
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, device: torch.device, dtype: torch.dtype,
                  attention_backend: AttentionBackend, extra_kv_bytes_per_block: int = 0) -> None:
