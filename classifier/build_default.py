@@ -1,7 +1,7 @@
 """Build the shipped default classifier: `python -m classifier.build_default [--seed 0] [--data-dir DIR]`.
 
 Writes `classifier/seed/seed_train.csv.gz` (the train splits of the routing data, labelled for three tiers, and
-the hand-labelled chat training prompts, weighted `CHAT_WEIGHT`; see `classifier.seed`), their embeddings
+the hand-labelled chat training prompts, weighted by `classifier.seed.seed_weight`), their embeddings
 `classifier/seed/seed_embeddings.npz` (`classifier.seed_embeddings`: what `aio retrain` reads instead of encoding
 the seed data), and trains the default 3-tier classifier into `classifier/default/` on the seed rows outside
 `aio retrain`'s fixed hold-out split (`classifier.seed.is_holdout`), so a retrain compares its candidate with the
@@ -56,9 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         distinct = list(dict.fromkeys(texts))
         path = write_seed_embeddings(distinct, embed(distinct), RECIPE_ENCODER, embed.encoder.encode)
         print(f"seed embeddings: {len(distinct)} texts -> {path.name} ({path.stat().st_size / 1e6:.2f} MB)")
-    keep = [i for i, t in enumerate(texts) if not is_holdout(t)]
-    texts, labels, weights = [texts[i] for i in keep], [labels[i] for i in keep], seed_weights(sources)[keep]
-    print(f"training on {len(texts)} rows outside the retrain hold-out split")
+    weights = seed_weights(sources, labels)
+    keep = [i for i, t in enumerate(texts) if not is_holdout(t) and weights[i] > 0]
+    texts, labels, weights = [texts[i] for i in keep], [labels[i] for i in keep], weights[keep]
+    print(f"training on {len(texts)} rows outside the retrain hold-out split, at weight > 0")
     start = time.perf_counter()
     embeddings = embed(texts)
     clf = ComplexityClassifier.train(texts, labels, n_tiers=3, seed=args.seed, embeddings=embeddings,

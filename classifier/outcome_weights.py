@@ -1,13 +1,16 @@
 """Choose the training weights of the default's non-benchmark rows by cross-validation on OUTCOME labels (issue 26):
-`python -m classifier.outcome_weights [--chat-weights 0,1,2,5,10,20] [--open-weights 0,5,20] [--folds 5]`.
+`python -m classifier.outcome_weights [--easy-weights 0,2,5,10,20,50] [--hard-weights 0,0.5,2] [--open-weights 0]`.
 
 The default trains on the seed data: benchmark rows labelled by outcome (which model was right) at weight 1, and
-the hand-labelled chat prompts (difficulty → tier, people's impressions) at a weight. This script adds a third
-kind, the open-ended prompts labelled by outcome (`classifier.open_ended.outcome_labels`: the cheapest tier whose
-score is within a point of the large tier's, from `python -m benchmarks.open_ended`), and for
-every pair (chat weight, open-ended weight) cross-validates the mix: grouped 5-fold over all rows (near-duplicate
-texts in one fold), the recipe's logistic head with C fixed at 1e-3 (the value its inner search picks on this
-data), out-of-fold probabilities. It reports, per pair:
+the hand-labelled chat prompts (difficulty → tier) at a weight per label: "easy" rows (labelled small: the small
+tier answers "hi", an outcome nobody doubts) and "hard" rows (labelled medium or large: people's impressions that
+the small tier fails). A third kind, the open-ended prompts labelled by outcome
+(`classifier.open_ended.outcome_labels`: the cheapest tier whose score is within a point of the large tier's, from
+`python -m benchmarks.open_ended`), can be weighted too; by default it is not (weight 0): those 80 prompts are the
+only open-ended check the default has not seen, and a 1.5B judge grading its own answers labels them. For every
+triple (easy, hard, open-ended weight) the script cross-validates the mix: grouped 5-fold over all rows
+(near-duplicate texts in one fold), the recipe's logistic head with C fixed at 1e-3 (the value its inner search
+picks on this data), out-of-fold probabilities. It reports, per candidate:
 - outcome log loss: the out-of-fold log loss of the benchmark rows (outcome labels; lower is better);
 - open-ended APGR and CPT(50%): RouteLLM's metrics on the open-ended prompts' out-of-fold scores, weak = small,
   strong = large, quality = the judged / computed score, with 90% bootstrap intervals;
@@ -17,8 +20,8 @@ data), out-of-fold probabilities. It reports, per pair:
   trained on, never used to choose): printed as the check the issue names, after the choice;
 - where the weak model holds, per MMLU subject (`classifier.subject_outcomes`), for the chosen candidate and the
   one with the most chat weight: printed after the choice, not used for it.
-The rule: among the pairs that pass the chat gate and whose outcome log loss is within `LOSS_SLACK` of the best,
-the highest open-ended APGR. Hand labels decide nothing but the gate. The chosen pair's open-ended figures were
+The rule: among the candidates that pass the chat gate and whose outcome log loss is within `LOSS_SLACK` of the best,
+the highest open-ended APGR. Hand labels decide nothing but the gate. The chosen candidate's open-ended figures were
 selected on the same folds, so they lean optimistic by the spread between candidates (printed beside them).
 """
 from __future__ import annotations
@@ -52,10 +55,19 @@ class Mix:
     chat_pairs: list[tuple[int, int]] = field(default_factory=list)  # (easy, hard) mix rows, same category
 
 
+@dataclass(frozen=True)
+class Weights:
+    easy: float  # chat rows labelled small
+    hard: float  # chat rows labelled medium or large
+    open: float  # open-ended rows labelled by outcome
+
+    def __str__(self) -> str:
+        return f"chat easy x{self.easy:<4g} hard x{self.hard:<4g} open x{self.open:<4g}"
+
+
 @dataclass
 class Candidate:
-    chat_weight: float
-    open_weight: float
+    weights: Weights
     outcome_log_loss: float
     open_report: dict  # cv_report.two_tier's
     chat_gate: tuple[float, float, float]  # out-of-fold, chat training prompts' category pairs
@@ -85,13 +97,14 @@ def build_mix(outcomes: Outcomes | None) -> Mix:
     return Mix(texts, np.asarray(labels), np.asarray(kinds), open_scores, pairs)
 
 
-def weights_of(mix: Mix, chat_weight: float, open_weight: float) -> np.ndarray:
-    return np.select([mix.kinds == "chat", mix.kinds == "open"], [chat_weight, open_weight], 1.0)
+def weights_of(mix: Mix, w: Weights) -> np.ndarray:
+    chat = mix.kinds == "chat"
+    return np.select([chat & (mix.labels == 0), chat, mix.kinds == "open"], [w.easy, w.hard, w.open], 1.0)
 
 
-def evaluate_candidate(mix: Mix, d: families.Inputs, groups: np.ndarray, chat_weight: float, open_weight: float,
-                       sanity, sanity_x: np.ndarray, args) -> Candidate:
-    d.w = weights_of(mix, chat_weight, open_weight)
+def evaluate_candidate(mix: Mix, d: families.Inputs, groups: np.ndarray, weights: Weights, sanity,
+                       sanity_x: np.ndarray, args) -> Candidate:
+    d.w = weights_of(mix, weights)
     train_rows = np.nonzero(d.w > 0)[0]
     bench = np.nonzero(mix.kinds == "bench")[0]
     opened = np.nonzero(mix.kinds == "open")[0]
@@ -106,7 +119,7 @@ def evaluate_candidate(mix: Mix, d: families.Inputs, groups: np.ndarray, chat_we
                      args.boot, args.seed)
     full = families.fit_linear_head(d.x[train_rows], d.y[train_rows], d.w[train_rows], 3, C, 0)
     pairs = agreement(difficulty_score(full.proba(sanity_x)), sanity, n_boot=args.boot, seed=args.seed)
-    return Candidate(chat_weight, open_weight, loss, report, gate, pairs["explicit_pairs"], scores)
+    return Candidate(weights, loss, report, gate, pairs["explicit_pairs"], scores)
 
 
 def choose(candidates: list[Candidate]) -> Candidate | None:
@@ -121,8 +134,11 @@ def choose(candidates: list[Candidate]) -> Candidate | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m classifier.outcome_weights", description=__doc__.split("\n")[0])
-    parser.add_argument("--chat-weights", default="0,1,2,5,10,20", type=lambda s: [float(v) for v in s.split(",")])
-    parser.add_argument("--open-weights", default="0,5,20", type=lambda s: [float(v) for v in s.split(",")])
+    floats = lambda s: [float(v) for v in s.split(",")]  # noqa: E731
+    parser.add_argument("--easy-weights", default="0,2,5,10,20,50", type=floats, help="chat rows labelled small")
+    parser.add_argument("--hard-weights", default="0,0.5,2", type=floats, help="chat rows labelled medium or large")
+    parser.add_argument("--open-weights", default="0", type=floats,
+                        help="open-ended rows; 0 by default: they are the default's only unseen open-ended check")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--boot", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
@@ -150,30 +166,31 @@ def main(argv: list[str] | None = None) -> int:
     counts = {k: int((mix.kinds == k).sum()) for k in ("bench", "chat", "open")}
     print(f"mix: {counts}; {args.folds}-fold grouped CV, logistic head C={C}", flush=True)
     candidates = []
-    for cw in args.chat_weights:
-        for ow in (args.open_weights if outcomes is not None else [0.0]):
-            c = evaluate_candidate(mix, d, groups, cw, ow, sanity, sanity_x, args)
-            candidates.append(c)
-            open_part = (f"open APGR {fmt(c.open_report['apgr'])} CPT(50%) {fmt(c.open_report['cpt50'], True)}"
-                         if c.open_report else "")
-            print(f"chat x{cw:<4g} open x{ow:<4g} outcome log loss {c.outcome_log_loss:.4f}  {open_part}  "
-                  f"chat gate (CV) {fmt(c.chat_gate, True)}", flush=True)
+    grid = [Weights(ew, hw, ow) for ew in args.easy_weights for hw in args.hard_weights
+            for ow in (args.open_weights if outcomes is not None else [0.0])]
+    for weights in grid:
+        c = evaluate_candidate(mix, d, groups, weights, sanity, sanity_x, args)
+        candidates.append(c)
+        open_part = (f"open APGR {fmt(c.open_report['apgr'])} CPT(50%) {fmt(c.open_report['cpt50'], True)}"
+                     if c.open_report else "")
+        print(f"{weights} outcome log loss {c.outcome_log_loss:.4f}  {open_part}  "
+              f"chat gate (CV) {fmt(c.chat_gate, True)}", flush=True)
     chosen = choose(candidates)
     if chosen is None:
         print(f"no candidate orders {PAIR_GATE:.0%} of the chat training pairs out of fold: none may ship")
         return 1
     apgrs = [c.open_report["apgr"][0] for c in candidates if c.open_report]
     spread = f" (candidates' open APGR {min(apgrs):.3f}-{max(apgrs):.3f})" if apgrs else ""
-    print(f"chosen: chat weight {chosen.chat_weight:g}, open-ended weight {chosen.open_weight:g}{spread}; the chat "
+    print(f"chosen: {chosen.weights}{spread}; the chat "
           f"sanity set's explicit pairs, trained on all the mix: {fmt(chosen.chat_pairs, True)}")
-    heaviest = max(candidates, key=lambda c: (c.chat_weight, -c.open_weight))
+    heaviest = max(candidates, key=lambda c: (c.weights.hard, c.weights.easy, -c.weights.open))
     for c in [chosen] + ([heaviest] if heaviest is not chosen else []):
         try:
             rows = subject_rows(mix.texts, c.scores, args.data_dir)
         except (OSError, KeyError) as exc:
             print(f"no MMLU subjects ({exc}): set --data-dir or $AIO_ROUTING_DATA")
             break
-        print(f"chat x{c.chat_weight:g} open x{c.open_weight:g}, out of fold:\n{format_rows(rows)}")
+        print(f"{c.weights}, out of fold:\n{format_rows(rows)}")
     return 0
 
 

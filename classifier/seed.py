@@ -9,7 +9,8 @@ Built by `python -m classifier.build_default` from the train splits of the routi
   cheap side of the uncertainty (the quality knob and the monitor move traffic up when that is wrong).
 - the hand-labelled everyday-chat prompts (`classifier/data/chat_train.jsonl`; difficulty 1–2 → 0, 3 → 1,
   4–5 → 2), source `chat:<category>`: the benchmarks hold no chat, and without these the router learned that
-  short means hard. `build_default` weights them by `CHAT_WEIGHT`;
+  short means hard. `build_default` weights them by `CHAT_EASY_WEIGHT` (labelled small) and `CHAT_HARD_WEIGHT`
+  (labelled medium or large; 0 today: those rows stay out of training);
 - the open-ended prompts labelled by outcome (`classifier.open_ended.outcome_labels`), source `open:<category>`,
   at `OPEN_WEIGHT`, when that is above 0 (today it is 0: cross-validation did not favour them).
 `aio retrain` merges it with the labelled request log.
@@ -29,8 +30,11 @@ HOLDOUT_PERCENT = 15
 CHAT_SOURCE = "chat:"
 OPEN_SOURCE = "open:"
 # Training weights of the default's hand-labelled chat rows and outcome-labelled open-ended rows, chosen by
-# cross-validation on outcome labels (`python -m classifier.outcome_weights`; docs/routing.md)
-CHAT_WEIGHT = 2.0
+# cross-validation on outcome labels (`python -m classifier.outcome_weights`; docs/routing.md). A chat row labelled
+# small says the small tier answers "hi": an outcome nobody doubts, which no benchmark row covers. One labelled
+# medium or large is an impression that the small tier fails, which outcome data contradicts for writing.
+CHAT_EASY_WEIGHT = 20.0
+CHAT_HARD_WEIGHT = 0.0
 OPEN_WEIGHT = 0.0  # 0: the open-ended prompts stay out of the seed data (and out of `aio retrain`'s)
 
 csv.field_size_limit(1 << 24)
@@ -66,10 +70,17 @@ def build_seed_rows(data_folder=None) -> tuple[list[str], list[int], list[str]]:
     return texts, labels, sources
 
 
-def seed_weights(sources) -> np.ndarray:
-    """Training weights of seed rows: `CHAT_WEIGHT` for chat rows, `OPEN_WEIGHT` for open-ended ones, 1 otherwise."""
-    return np.array([CHAT_WEIGHT if s.startswith(CHAT_SOURCE) else OPEN_WEIGHT if s.startswith(OPEN_SOURCE) else 1.0
-                     for s in sources])
+def seed_weight(source: str, label: int) -> float:
+    """The training weight of one seed row: chat rows by their label (`CHAT_EASY_WEIGHT` for small,
+    `CHAT_HARD_WEIGHT` above), `OPEN_WEIGHT` for open-ended ones, 1 for outcome rows of the benchmarks."""
+    if source.startswith(CHAT_SOURCE):
+        return CHAT_EASY_WEIGHT if int(label) == 0 else CHAT_HARD_WEIGHT
+    return OPEN_WEIGHT if source.startswith(OPEN_SOURCE) else 1.0
+
+
+def seed_weights(sources, labels) -> np.ndarray:
+    """`seed_weight` of every row; rows at 0 are left out of training."""
+    return np.array([seed_weight(s, label) for s, label in zip(sources, labels, strict=True)])
 
 
 def is_holdout(text: str) -> bool:

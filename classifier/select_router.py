@@ -77,7 +77,7 @@ def run_benchmark(name: str, emb, args, grid) -> dict:
 
 
 def chat_mix(emb, data_dir=None, chat_weight: float = 5.0):
-    """The shipped default's training mix: seed rows (3 tiers) + chat training prompts (weight `chat_weight`);
+    """A training mix like the shipped default's: seed rows (3 tiers) + every chat training prompt at `chat_weight`;
     returns (inputs, chat row indices, chat set)."""
     from classifier.seed import CHAT_SOURCE, build_seed_rows
 

@@ -42,8 +42,12 @@ def test_issue_examples_rank_sensibly():
     hi, two, design = clf.predict_proba(["hi", "What is 2+2?", "Design a distributed rate limiter for a multi-region "
                                          "API gateway that enforces per-tenant quotas."])
     assert rm.route_tiers(hi[None], 0.9)[0] == 0  # "hi" stays on the small tier even at quality 0.9
-    assert design[0] < 0.5 < two[0]  # the design question is not "small is fine"; 2+2 is
-    assert rm.route_tiers(two[None], 0.8)[0] <= rm.route_tiers(design[None], 0.8)[0]
+    assert difficulty_score(design[None])[0] > difficulty_score(two[None])[0] > difficulty_score(hi[None])[0]
+    # where the design question goes at the default quality is for outcomes to say (no outcome row is a design
+    # question); the quality knob moves it up before 2+2, never after
+    knob = np.linspace(0.5, 0.999, 60)
+    assert all(rm.route_tiers(two[None], q)[0] <= rm.route_tiers(design[None], q)[0] for q in knob)
+    assert any(rm.route_tiers(two[None], q)[0] < rm.route_tiers(design[None], q)[0] for q in knob)
 
 
 def test_probabilities_stay_probabilities(scored):

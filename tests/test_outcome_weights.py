@@ -7,7 +7,7 @@ import pytest
 
 from classifier.open_ended import Outcomes
 from classifier.open_ended import outcome_labels
-from classifier.outcome_weights import PAIR_GATE, Candidate, Mix, choose, weights_of
+from classifier.outcome_weights import PAIR_GATE, Candidate, Mix, Weights, choose, weights_of
 
 
 def _outcomes(small, medium, large) -> Outcomes:
@@ -23,13 +23,14 @@ def test_open_label_is_the_cheapest_tier_within_a_point_of_large():
     assert labels.tolist() == [0, 1, 2, 0]  # all wrong alike: small (a larger tier would not help)
 
 
-def test_weights_per_row_kind():
-    mix = Mix(["a", "b", "c"], np.array([0, 1, 2]), np.array(["bench", "chat", "open"]), {})
-    assert weights_of(mix, 0.0, 5.0).tolist() == [1.0, 0.0, 5.0]
+def test_weights_per_row_kind_and_chat_label():
+    mix = Mix(list("abcdef"), np.array([0, 2, 0, 1, 2, 1]), np.array(["bench", "bench", "chat", "chat", "chat", "open"]),
+              {})
+    assert weights_of(mix, Weights(easy=10.0, hard=0.5, open=5.0)).tolist() == [1.0, 1.0, 10.0, 0.5, 0.5, 5.0]
 
 
 def _candidate(cw, ow, loss, apgr, pairs) -> Candidate:
-    return Candidate(cw, ow, loss, {"apgr": (apgr, apgr - 0.1, apgr + 0.1)}, (pairs, pairs - 0.05, pairs),
+    return Candidate(Weights(cw, cw, ow), loss, {"apgr": (apgr, apgr - 0.1, apgr + 0.1)}, (pairs, pairs - 0.05, pairs),
                      (1.0, 1.0, 1.0), np.zeros(0))
 
 
@@ -39,7 +40,7 @@ def test_choice_gates_on_chat_pairs_then_outcomes_decide():
              _candidate(5, 20, 0.502, 0.75, 0.96),
              _candidate(1, 20, 0.530, 0.85, 0.97)]   # best passing APGR but outcome loss far worse
     chosen = choose(cands)
-    assert (chosen.chat_weight, chosen.open_weight) == (5, 20)
+    assert (chosen.weights.easy, chosen.weights.open) == (5, 20)
     assert choose([_candidate(0, 0, 0.5, 0.9, PAIR_GATE - 0.01)]) is None
 
 

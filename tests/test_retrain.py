@@ -94,23 +94,29 @@ def oracle_trainer(confidence: float, seen: list | None = None):
     return train
 
 
-def test_seed_rows_train_at_the_shipped_default_weights(engine, tmp_path):
-    """Hand-labelled chat seed rows count CHAT_WEIGHT, as in the shipped default; benchmark seed rows and the
-    monitor's verdicts count 1."""
-    from classifier.seed import CHAT_SOURCE, CHAT_WEIGHT
+def test_seed_rows_train_at_the_shipped_default_weights(engine, tmp_path, monkeypatch):
+    """Hand-labelled chat seed rows count as the shipped default counts them: by their label, rows at weight 0 are
+    neither trained on nor held out; benchmark seed rows and the monitor's verdicts count 1."""
+    import classifier.seed as seed_module
+    from classifier.seed import CHAT_SOURCE
 
+    monkeypatch.setattr(seed_module, "CHAT_EASY_WEIGHT", 7.0)
+    monkeypatch.setattr(seed_module, "CHAT_HARD_WEIGHT", 0.0)
     seed = tmp_path / "seed.csv"
-    seed.write_text("text,label,source\n" + "".join(f'"{chat_text(i)}",0,{CHAT_SOURCE}writing\n' for i in range(30))
+    seed.write_text("text,label,source\n"
+                    + "".join(f'"{chat_text(i)}",{2 * (i % 2)},{CHAT_SOURCE}writing\n' for i in range(60))
                     + "".join(f'"{math_text(i)}",2,routellm:gsm8k\n' for i in range(30)))
     for i in range(10):
         add_verified(engine, f"w{i}", math_text(200 + i), "small", passed=False)
     seen: list = []
-    retrain(engine, LookupClassifier("uniform", {}), tmp_path / "c", seed_path=seed, train=oracle_trainer(0.9, seen),
-            dry_run=True)
+    report = retrain(engine, LookupClassifier("uniform", {}), tmp_path / "c", seed_path=seed,
+                     train=oracle_trainer(0.9, seen), dry_run=True)
     (texts, weights), = seen
-    expected = [CHAT_WEIGHT if t.startswith(chat_text(0)[:12]) else 1.0 for t in texts]
-    assert CHAT_WEIGHT != 1.0 and weights.tolist() == expected
-    assert sum(w == CHAT_WEIGHT for w in expected) > 10  # most of the 30 chat rows are in training, not held out
+    chat = {chat_text(i): 7.0 if i % 2 == 0 else None for i in range(60)}
+    assert all(chat.get(t, 1.0) == w for t, w in zip(texts, weights))  # no hard chat row reaches training
+    assert sum(w == 7.0 for w in weights) > 20  # most of the 30 easy chat rows are in training, not held out
+    counts = report.data_counts
+    assert counts["train"] + counts["holdout"] == 30 + 30 + 10  # the 30 hard chat rows are left out
 
 
 def test_parse_since_and_holdout_split():

@@ -69,16 +69,19 @@ def test_the_nearest_seed_rows_of_a_seed_text_start_with_itself_and_sum_up_by_so
     assert (near[0].label, near[0].source) == (labels[i], sources[i])
     assert near[0].similarity >= near[1].similarity >= near[2].similarity
     assert sum(s.count for s in shares) == 20 and {s.source for s in shares} >= {sources[i]}
+    from classifier.seed import seed_weight
+
+    assert all(n.weight == seed_weight(n.source, n.label) for n in near)
     writing = next(s for s in shares if s.source == sources[i])
-    assert writing.weight > 1 and 0 <= writing.mean_label <= 2  # hand-labelled chat rows weigh more in training
+    assert 0 <= writing.mean_label <= 2 and writing.weight >= 0
 
 
 def test_neighbour_lines_name_tier_source_and_weight():
     from aio.commands.router_explain import neighbour_lines
     from aio.routing.neighbours import Neighbour, SourceShare
 
-    lines = neighbour_lines([Neighbour(0.8123, 2, "chat:writing", "Write a villanelle  about\nmemory " + "x" * 80)],
-                            [SourceShare("chat:writing", 7, 1.43, 20.0), SourceShare("routellm:mmlu", 3, 0.0, 1.0)])
-    assert "0.812  large   chat:writing" in lines[1] and "Write a villanelle about memory" in lines[1]
+    lines = neighbour_lines([Neighbour(0.8123, 2, "chat:writing", "Write a villanelle  about\nmemory " + "x" * 80, 0.0)],
+                            [SourceShare("chat:writing", 7, 1.43, 20 / 7), SourceShare("routellm:mmlu", 3, 0.0, 1.0)])
+    assert "0.812  large   x0    chat:writing" in lines[1] and "Write a villanelle about memory" in lines[1]
     assert lines[1].endswith("…")
-    assert "among the 10 nearest" in lines[2] and "chat:writing 7 (1.4, x20), routellm:mmlu 3 (0.0, x1)" in lines[2]
+    assert "among the 10 nearest" in lines[2] and "chat:writing 7 (1.4, x2.86), routellm:mmlu 3 (0.0, x1)" in lines[2]

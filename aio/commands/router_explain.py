@@ -55,11 +55,11 @@ def neighbour_lines(near, shares) -> list[str]:
              "it well):"]
     for n in near:
         snippet = " ".join(n.text.split())
-        lines.append(f"  {n.similarity:.3f}  {TIER_ORDER[n.label]:6s}  {n.source:22s}  "
+        lines.append(f"  {n.similarity:.3f}  {TIER_ORDER[n.label]:6s}  x{n.weight:<4g} {n.source:22s}  "
                      f"{snippet[:70] + ('…' if len(snippet) > 70 else '')}")
     total = sum(s.count for s in shares)
     lines.append(f"sources among the {total} nearest (rows, mean tier 0 = small .. 2 = large, training weight): "
-                 + ", ".join(f"{s.source} {s.count} ({s.mean_label:.1f}, x{s.weight:g})" for s in shares[:6]))
+                 + ", ".join(f"{s.source} {s.count} ({s.mean_label:.1f}, x{s.weight:.3g})" for s in shares[:6]))
     return lines
 
 

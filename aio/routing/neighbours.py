@@ -20,6 +20,7 @@ class Neighbour:
     label: int  # the cheapest tier that answered it well (0 = small)
     source: str  # e.g. "routellm:mmlu", "chat:writing"
     text: str
+    weight: float  # its weight in the shipped classifier's training (0: not trained on)
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class SourceShare:
     source: str
     count: int  # among the nearest rows
     mean_label: float
-    weight: float  # each row's weight in the shipped classifier's training (hand-labelled chat rows weigh more)
+    weight: float  # its rows' mean weight in the shipped classifier's training
 
 
 @lru_cache(maxsize=1)
@@ -53,12 +54,14 @@ def nearest_rows(text: str, k: int = 5, pool: int = 50) -> tuple[list[Neighbour]
     query = np.asarray(Encoder.cached(RECIPE_ENCODER).encode([text])[0], dtype=np.float32)
     similarity = vectors @ (query / max(float(np.linalg.norm(query)), 1e-12))
     order = np.argsort(-similarity)[:max(k, pool)]
-    near = [Neighbour(float(similarity[i]), labels[i], sources[i], texts[i]) for i in order]
-    counts, label_sums = Counter(), defaultdict(float)
+    from classifier.seed import seed_weight
+
+    near = [Neighbour(float(similarity[i]), labels[i], sources[i], texts[i], seed_weight(sources[i], labels[i]))
+            for i in order]
+    counts, label_sums, weight_sums = Counter(), defaultdict(float), defaultdict(float)
     for n in near[:pool]:
         counts[n.source] += 1
         label_sums[n.source] += n.label
-    from classifier.seed import seed_weights
-
-    shares = [SourceShare(s, c, label_sums[s] / c, float(seed_weights([s])[0])) for s, c in counts.most_common()]
+        weight_sums[n.source] += n.weight
+    shares = [SourceShare(s, c, label_sums[s] / c, weight_sums[s] / c) for s, c in counts.most_common()]
     return near[:k], shares

@@ -28,7 +28,7 @@ from aio.routing import registry
 from aio.routing.embedding_cache import EmbeddingCache
 from aio.routing.progress import NoProgress, Progress
 from aio.settings import TIER_ORDER
-from classifier.seed import is_holdout, seed_weights
+from classifier.seed import is_holdout, seed_weight
 
 logger = logging.getLogger(__name__)
 
@@ -190,11 +190,11 @@ def _default_train(texts: list[str], labels: list[int], n_tiers: int, sample_wei
                                       encoder_path=encoder, sample_weight=sample_weight)
 
 
-def training_weights(sources: Sequence[str]) -> np.ndarray:
-    """The weight of each training example: seed rows as the shipped default weighs them
-    (`classifier.seed.seed_weights`: hand-labelled chat rows count CHAT_WEIGHT), the monitor's verdicts 1."""
-    return np.array([float(seed_weights([s.removeprefix(SEED_PREFIX)])[0]) if s.startswith(SEED_PREFIX) else 1.0
-                     for s in sources])
+def training_weights(sources: Sequence[str], labels: Sequence[int]) -> np.ndarray:
+    """The weight of each example: seed rows as the shipped default weighs them (`classifier.seed.seed_weight`:
+    hand-labelled chat rows by their label), the monitor's verdicts 1."""
+    return np.array([seed_weight(s.removeprefix(SEED_PREFIX), label) if s.startswith(SEED_PREFIX) else 1.0
+                     for s, label in zip(sources, labels, strict=True)])
 
 
 class _Stages:
@@ -257,8 +257,11 @@ def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, 
         data.add(text, label, source)
     n_tiers = len(TIER_ORDER)
     train_set, holdout = Examples(), Examples()
-    for text, label, source in zip(data.texts, data.labels, data.sources):
-        (holdout if is_holdout(text) else train_set).add(text, label, source)
+    # a row at weight 0 (a hand label of hardness, see classifier.seed) is neither trained on nor judged by
+    for text, label, source, weight in zip(data.texts, data.labels, data.sources,
+                                           training_weights(data.sources, data.labels)):
+        if weight > 0:
+            (holdout if is_holdout(text) else train_set).add(text, label, source)
     counts = {**{f"train_{k}": v for k, v in train_set.counts().items()},
               **{f"holdout_{k}": v for k, v in holdout.counts().items()},
               "train": len(train_set), "holdout": len(holdout), **{f"log_{k}": v for k, v in log_stats.items()}}
@@ -285,7 +288,7 @@ def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, 
     holdout_vectors = None if vectors is None else vectors[len(train_set):]
     stage(f"fitting on {len(train_set)} examples")
     try:
-        weights = training_weights(train_set.sources)
+        weights = training_weights(train_set.sources, train_set.labels)
         if default_trainer:
             candidate = train(train_set.texts, train_set.labels, n_tiers, sample_weight=weights,
                               embeddings=train_vectors, encoder=None if cache is None else cache.encoder_name)
