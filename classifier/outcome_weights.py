@@ -132,12 +132,15 @@ def choose(candidates: list[Candidate]) -> Candidate | None:
     return max(near, key=lambda c: c.open_report.get("apgr", (0.0,))[0])
 
 
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m classifier.outcome_weights", description=__doc__.split("\n")[0])
-    floats = lambda s: [float(v) for v in s.split(",")]  # noqa: E731
-    parser.add_argument("--easy-weights", default="0,2,5,10,20,50", type=floats, help="chat rows labelled small")
-    parser.add_argument("--hard-weights", default="0,0.5,2", type=floats, help="chat rows labelled medium or large")
-    parser.add_argument("--open-weights", default="0", type=floats,
+    parser.add_argument("--easy-weights", default="0,2,5,10,20,50", type=_floats, help="chat rows labelled small")
+    parser.add_argument("--hard-weights", default="0,0.5,2", type=_floats, help="chat rows labelled medium or large")
+    parser.add_argument("--open-weights", default="0", type=_floats,
                         help="open-ended rows; 0 by default: they are the default's only unseen open-ended check")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--boot", type=int, default=500)
