@@ -78,7 +78,7 @@ class OpenEndedReport:
     categories: list[CategoryRow]  # the first pair's
 
 
-def _jsonl(path: Path) -> list[tuple[int, dict]]:
+def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     if not path.is_file():
         raise ClassifierError(f"{path} does not exist; produce it with `{PRODUCE}`")
     rows = []
@@ -97,7 +97,7 @@ def _jsonl(path: Path) -> list[tuple[int, dict]]:
     return rows
 
 
-def _field(path: Path, number: int, row: dict, key: str) -> str:
+def string_field(path: Path, number: int, row: dict, key: str) -> str:
     value = row.get(key)
     if not isinstance(value, str) or not value:
         raise ClassifierError(f"{path}:{number}: `{key}` must be a non-empty string")
@@ -105,7 +105,7 @@ def _field(path: Path, number: int, row: dict, key: str) -> str:
 
 
 def _category(path: Path, number: int, row: dict) -> str:
-    category = _field(path, number, row, "category")
+    category = string_field(path, number, row, "category")
     if category not in CATEGORIES:
         raise ClassifierError(f"{path}:{number}: unknown category {category!r} (expected one of {CATEGORIES})")
     return category
@@ -114,12 +114,12 @@ def _category(path: Path, number: int, row: dict) -> str:
 def load_prompts(path: str | Path = PROMPTS_PATH) -> list[OpenPrompt]:
     path = Path(path)
     prompts = []
-    for number, row in _jsonl(path):
+    for number, row in read_jsonl(path):
         reference = row.get("reference")
         if reference is not None and not isinstance(reference, str):
             raise ClassifierError(f"{path}:{number}: `reference` must be a string")
-        prompts.append(OpenPrompt(_field(path, number, row, "id"), _category(path, number, row),
-                                  _field(path, number, row, "text"), reference))
+        prompts.append(OpenPrompt(string_field(path, number, row, "id"), _category(path, number, row),
+                                  string_field(path, number, row, "text"), reference))
     return prompts
 
 
@@ -138,14 +138,14 @@ def _score(path: Path, number: int, row: dict, tier: str) -> float:
 def load_outcomes(path: str | Path = OUTCOMES_PATH) -> Outcomes:
     """The outcomes file; `ClassifierError` if it is missing, malformed, or lacks the small or large tier."""
     path = Path(path)
-    rows = _jsonl(path)
+    rows = read_jsonl(path)
     tiers = [t for t in TIERS if t in rows[0][1]]
     for needed in ("small", "large"):
         if needed not in tiers:
             raise ClassifierError(f"{path}: no `{needed}` tier's scores (run the benchmark with that tier)")
     scores = {t: np.array([_score(path, number, row, t) for number, row in rows]) for t in tiers}
-    return Outcomes([_field(path, n, r, "id") for n, r in rows], [_category(path, n, r) for n, r in rows],
-                    [_field(path, n, r, "text") for n, r in rows], scores)
+    return Outcomes([string_field(path, n, r, "id") for n, r in rows], [_category(path, n, r) for n, r in rows],
+                    [string_field(path, n, r, "text") for n, r in rows], scores)
 
 
 def outcome_labels(outcomes: Outcomes, tolerance: float = OUTCOME_TOLERANCE) -> tuple[np.ndarray, np.ndarray]:

@@ -7,13 +7,16 @@ tier answers "hi", an outcome nobody doubts) and "hard" rows (labelled medium or
 the small tier fails). A third kind, the open-ended prompts labelled by outcome
 (`classifier.open_ended.outcome_labels`: the cheapest tier whose score is within a point of the large tier's, from
 `python -m benchmarks.open_ended`), can be weighted too; by default it is not (weight 0): those 80 prompts are the
-only open-ended check the default has not seen, and a 1.5B judge grading its own answers labels them. For every
+only open-ended check the default has not seen, and a 1.5B judge grading its own answers labels them. A fourth
+kind is never trained on: the end-to-end workload's train tasks with every family tier's computed-truth outcome
+(`classifier.task_outcomes`, from `python -m benchmarks.end_to_end.train_outcomes`). For every
 triple (easy, hard, open-ended weight) the script cross-validates the mix: grouped 5-fold over all rows
 (near-duplicate texts in one fold), the recipe's logistic head with C fixed at 1e-3 (the value its inner search
 picks on this data), out-of-fold probabilities. It reports, per candidate:
 - outcome log loss: the out-of-fold log loss of the benchmark rows (outcome labels; lower is better);
 - open-ended APGR and CPT(50%): RouteLLM's metrics on the open-ended prompts' out-of-fold scores, weak = small,
   strong = large, quality = the judged / computed score, with 90% bootstrap intervals;
+- workload APGR and CPT(50%): the same on the workload's train tasks, quality = right (1) or wrong (0);
 - chat gate: the hand-labelled chat TRAINING prompts' same-category easy/hard pairs ordered right by their
   out-of-fold scores: a check that must stay at or above `PAIR_GATE`, not something to maximise;
 - chat sanity pairs: a model trained on all rows of the mix, scored on the chat SANITY set's explicit pairs (never
@@ -21,8 +24,9 @@ picks on this data), out-of-fold probabilities. It reports, per candidate:
 - where the weak model holds, per MMLU subject (`classifier.subject_outcomes`), for the chosen candidate and the
   one with the most chat weight: printed after the choice, not used for it.
 The rule: among the candidates that pass the chat gate and whose outcome log loss is within `LOSS_SLACK` of the best,
-the highest open-ended APGR. Hand labels decide nothing but the gate. The chosen candidate's open-ended figures were
-selected on the same folds, so they lean optimistic by the spread between candidates (printed beside them).
+the highest mean APGR over the two outcome-labelled sets (open-ended, workload; those at hand). Hand labels decide
+nothing but the gate. The chosen candidate's open-ended figures were
+selected on the same folds, so they lean optimistic by the spread between candidates (printed beside the choice).
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from classifier.features import feature_matrix
 from classifier.open_ended import Outcomes, load_outcomes, outcome_labels
 from classifier.seed import CHAT_SOURCE, OPEN_SOURCE, is_holdout, load_seed_data
 from classifier.subject_outcomes import format_rows, subject_rows
+from classifier.task_outcomes import load_task_outcomes
 
 PAIR_GATE = 0.95  # the chat training prompts' same-category pairs ordered right out of fold, at least
 LOSS_SLACK = 0.005  # outcome log loss within this of the best candidate's
@@ -50,9 +55,10 @@ C = 1e-3
 class Mix:
     texts: list[str]
     labels: np.ndarray
-    kinds: np.ndarray  # "bench", "chat" or "open" per row
+    kinds: np.ndarray  # "bench", "chat", "open" or "work" per row
     open_scores: dict[str, np.ndarray]  # tier -> score of each open row, in row order
     chat_pairs: list[tuple[int, int]] = field(default_factory=list)  # (easy, hard) mix rows, same category
+    work_scores: dict[str, np.ndarray] = field(default_factory=dict)  # tier -> 1/0 of each work row (never trained)
 
 
 @dataclass(frozen=True)
@@ -70,13 +76,21 @@ class Candidate:
     weights: Weights
     outcome_log_loss: float
     open_report: dict  # cv_report.two_tier's
+    work_report: dict  # the same on the workload's train tasks ({} without them)
     chat_gate: tuple[float, float, float]  # out-of-fold, chat training prompts' category pairs
     chat_pairs: tuple[float, float, float]  # the sanity set's explicit pairs
     scores: np.ndarray  # out-of-fold 1 - P(small) of every mix row (nan where not predicted)
 
+    @property
+    def outcome_apgr(self) -> float:
+        """The mean APGR over the outcome-labelled sets at hand (open-ended prompts, workload tasks); 0 without."""
+        apgrs = [r["apgr"][0] for r in (self.open_report, self.work_report) if r]
+        return float(np.mean(apgrs)) if apgrs else 0.0
 
-def build_mix(outcomes: Outcomes | None) -> Mix:
-    """The default's training rows (seed rows outside the retrain hold-out) plus the scored open-ended prompts."""
+
+def build_mix(outcomes: Outcomes | None, tasks: Outcomes | None = None) -> Mix:
+    """The default's training rows (seed rows outside the retrain hold-out) plus the scored open-ended prompts and
+    the workload's train tasks (`classifier.task_outcomes`; kind "work", label 0, never trained)."""
     texts, labels, sources = load_seed_data()
     keep = [i for i, t in enumerate(texts) if not is_holdout(t) and not sources[i].startswith(OPEN_SOURCE)]
     kinds = ["chat" if sources[i].startswith(CHAT_SOURCE) else "bench" for i in keep]
@@ -88,18 +102,25 @@ def build_mix(outcomes: Outcomes | None) -> Mix:
         labels += open_y.tolist()
         kinds += ["open"] * len(rows)
         open_scores = {t: outcomes.scores[t][rows] for t in ("small", "medium", "large")}
+    work_scores: dict[str, np.ndarray] = {}
+    if tasks is not None:
+        texts += tasks.texts
+        labels += [0] * len(tasks.texts)
+        kinds += ["work"] * len(tasks.texts)
+        work_scores = tasks.scores
     train = load_chat(TRAIN_PATH)
     row_of = {t: i for i, t in enumerate(texts)}
     present = [i for i, t in enumerate(train.texts) if t in row_of]
     sub = ChatSet([train.ids[i] for i in present], [train.texts[i] for i in present], train.difficulty[present],
                   [train.categories[i] for i in present], [None] * len(present))
     pairs = [(row_of[sub.texts[e]], row_of[sub.texts[h]]) for e, h in category_pairs(sub)]
-    return Mix(texts, np.asarray(labels), np.asarray(kinds), open_scores, pairs)
+    return Mix(texts, np.asarray(labels), np.asarray(kinds), open_scores, pairs, work_scores)
 
 
 def weights_of(mix: Mix, w: Weights) -> np.ndarray:
     chat = mix.kinds == "chat"
-    return np.select([chat & (mix.labels == 0), chat, mix.kinds == "open"], [w.easy, w.hard, w.open], 1.0)
+    return np.select([chat & (mix.labels == 0), chat, mix.kinds == "open", mix.kinds == "work"],
+                     [w.easy, w.hard, w.open, 0.0], 1.0)
 
 
 def evaluate_candidate(mix: Mix, d: families.Inputs, groups: np.ndarray, weights: Weights, sanity,
@@ -108,18 +129,21 @@ def evaluate_candidate(mix: Mix, d: families.Inputs, groups: np.ndarray, weights
     train_rows = np.nonzero(d.w > 0)[0]
     bench = np.nonzero(mix.kinds == "bench")[0]
     opened = np.nonzero(mix.kinds == "open")[0]
-    eval_rows = np.concatenate([bench, opened, np.nonzero(mix.kinds == "chat")[0]])
+    work = np.nonzero(mix.kinds == "work")[0]
+    eval_rows = np.concatenate([bench, opened, work, np.nonzero(mix.kinds == "chat")[0]])
     oof = cross_val_proba(lambda tr, te: families.logistic(d, np.intersect1d(tr, train_rows), te, c=C),
                           len(mix.texts), 3, groups, args.folds, 1, seed=args.seed, eval_rows=eval_rows)
     loss = cv_report.log_loss_of(oof[:, bench], mix.labels[bench])
     report = (cv_report.two_tier(oof[:, opened], mix.open_scores["small"], mix.open_scores["large"],
                                  n_boot=args.boot, seed=args.seed) if len(opened) else {})
+    work_report = (cv_report.two_tier(oof[:, work], mix.work_scores["small"], mix.work_scores["large"],
+                                      n_boot=args.boot, seed=args.seed) if len(work) else {})
     scores = difficulty_score(oof[0])
     gate = bootstrap(lambda idx: pair_order(scores, [mix.chat_pairs[i] for i in idx]), len(mix.chat_pairs),
                      args.boot, args.seed)
     full = families.fit_linear_head(d.x[train_rows], d.y[train_rows], d.w[train_rows], 3, C, 0)
     pairs = agreement(difficulty_score(full.proba(sanity_x)), sanity, n_boot=args.boot, seed=args.seed)
-    return Candidate(weights, loss, report, gate, pairs["explicit_pairs"], scores)
+    return Candidate(weights, loss, report, work_report, gate, pairs["explicit_pairs"], scores)
 
 
 def choose(candidates: list[Candidate]) -> Candidate | None:
@@ -129,7 +153,7 @@ def choose(candidates: list[Candidate]) -> Candidate | None:
         return None
     best_loss = min(c.outcome_log_loss for c in passing)
     near = [c for c in passing if c.outcome_log_loss <= best_loss + LOSS_SLACK]
-    return max(near, key=lambda c: c.open_report.get("apgr", (0.0,))[0])
+    return max(near, key=lambda c: c.outcome_apgr)
 
 
 def _floats(text: str) -> list[float]:
@@ -158,7 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     except ClassifierError as exc:
         print(f"no open-ended outcomes ({exc}): candidates are compared on the benchmark rows only")
         outcomes = None
-    mix = build_mix(outcomes)
+    try:
+        tasks = load_task_outcomes()
+    except ClassifierError as exc:
+        print(f"no workload outcomes ({exc}): candidates are compared without them")
+        tasks = None
+    mix = build_mix(outcomes, tasks)
     emb = Embeddings(args.cache_dir)
     use_shipped(emb, mix.texts)
     sanity = load_chat()
@@ -166,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     d = families.Inputs(e, feature_matrix(mix.texts), mix.labels, None, 3, texts=mix.texts)
     sanity_x = np.hstack([emb(sanity.texts).astype(np.float64), feature_matrix(sanity.texts).astype(np.float64)])
     groups = near_duplicate_groups(e)
-    counts = {k: int((mix.kinds == k).sum()) for k in ("bench", "chat", "open")}
+    counts = {k: int((mix.kinds == k).sum()) for k in ("bench", "chat", "open", "work")}
     print(f"mix: {counts}; {args.folds}-fold grouped CV, logistic head C={C}", flush=True)
     candidates = []
     grid = [Weights(ew, hw, ow) for ew in args.easy_weights for hw in args.hard_weights
@@ -174,16 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     for weights in grid:
         c = evaluate_candidate(mix, d, groups, weights, sanity, sanity_x, args)
         candidates.append(c)
-        open_part = (f"open APGR {fmt(c.open_report['apgr'])} CPT(50%) {fmt(c.open_report['cpt50'], True)}"
-                     if c.open_report else "")
-        print(f"{weights} outcome log loss {c.outcome_log_loss:.4f}  {open_part}  "
+        parts = [f"{name} APGR {fmt(r['apgr'])} CPT(50%) {fmt(r['cpt50'], True)}"
+                 for name, r in (("open", c.open_report), ("workload", c.work_report)) if r]
+        print(f"{weights} outcome log loss {c.outcome_log_loss:.4f}  {'  '.join(parts)}  "
               f"chat gate (CV) {fmt(c.chat_gate, True)}", flush=True)
     chosen = choose(candidates)
     if chosen is None:
         print(f"no candidate orders {PAIR_GATE:.0%} of the chat training pairs out of fold: none may ship")
         return 1
-    apgrs = [c.open_report["apgr"][0] for c in candidates if c.open_report]
-    spread = f" (candidates' open APGR {min(apgrs):.3f}-{max(apgrs):.3f})" if apgrs else ""
+    apgrs = [c.outcome_apgr for c in candidates]
+    spread = f" (candidates' mean outcome APGR {min(apgrs):.3f}-{max(apgrs):.3f})"
     print(f"chosen: {chosen.weights}{spread}; the chat "
           f"sanity set's explicit pairs, trained on all the mix: {fmt(chosen.chat_pairs, True)}")
     heaviest = max(candidates, key=lambda c: (c.weights.hard, c.weights.easy, -c.weights.open))

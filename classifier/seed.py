@@ -33,7 +33,7 @@ OPEN_SOURCE = "open:"
 # cross-validation on outcome labels (`python -m classifier.outcome_weights`; docs/routing.md). A chat row labelled
 # small says the small tier answers "hi": an outcome nobody doubts, which no benchmark row covers. One labelled
 # medium or large is an impression that the small tier fails, which outcome data contradicts for writing.
-CHAT_EASY_WEIGHT = 20.0
+CHAT_EASY_WEIGHT = 10.0
 CHAT_HARD_WEIGHT = 0.0
 OPEN_WEIGHT = 0.0  # 0: the open-ended prompts stay out of the seed data (and out of `aio retrain`'s)
 
