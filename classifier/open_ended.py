@@ -78,9 +78,10 @@ class OpenEndedReport:
     categories: list[CategoryRow]  # the first pair's
 
 
-def read_jsonl(path: Path) -> list[tuple[int, dict]]:
+def read_jsonl(path: Path, produce: str = PRODUCE) -> list[tuple[int, dict]]:
+    """(line number, object) per non-empty line; `ClassifierError` naming `produce` when the file is missing."""
     if not path.is_file():
-        raise ClassifierError(f"{path} does not exist; produce it with `{PRODUCE}`")
+        raise ClassifierError(f"{path} does not exist; produce it with `{produce}`")
     rows = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():

@@ -31,10 +31,9 @@ def _correct(path: Path, number: int, row: dict) -> dict[str, float]:
 def load_task_outcomes(path: str | Path = WORKLOAD_PATH) -> Outcomes:
     """The file as `Outcomes` (scores 1 right, 0 wrong); `ClassifierError` if it is missing or malformed."""
     path = Path(path)
-    if not path.is_file():
-        raise ClassifierError(f"{path} does not exist; produce it with `{PRODUCE}`")
-    rows = read_jsonl(path)
+    rows = read_jsonl(path, PRODUCE)
     correct = [_correct(path, number, row) for number, row in rows]
+
     def column(key: str) -> list[str]:
         return [string_field(path, number, row, key) for number, row in rows]
 

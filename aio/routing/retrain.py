@@ -256,12 +256,15 @@ def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, 
     for text, label, source in zip(log.texts, log.labels, log.sources):
         data.add(text, label, source)
     n_tiers = len(TIER_ORDER)
-    train_set, holdout = Examples(), Examples()
+    train_set, holdout, train_weights = Examples(), Examples(), []
     # a row at weight 0 (a hand label of hardness, see classifier.seed) is neither trained on nor judged by
     for text, label, source, weight in zip(data.texts, data.labels, data.sources,
                                            training_weights(data.sources, data.labels)):
-        if weight > 0:
-            (holdout if is_holdout(text) else train_set).add(text, label, source)
+        if weight > 0 and is_holdout(text):
+            holdout.add(text, label, source)
+        elif weight > 0:
+            train_set.add(text, label, source)
+            train_weights.append(weight)
     counts = {**{f"train_{k}": v for k, v in train_set.counts().items()},
               **{f"holdout_{k}": v for k, v in holdout.counts().items()},
               "train": len(train_set), "holdout": len(holdout), **{f"log_{k}": v for k, v in log_stats.items()}}
@@ -288,7 +291,7 @@ def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, 
     holdout_vectors = None if vectors is None else vectors[len(train_set):]
     stage(f"fitting on {len(train_set)} examples")
     try:
-        weights = training_weights(train_set.sources, train_set.labels)
+        weights = np.asarray(train_weights)
         if default_trainer:
             candidate = train(train_set.texts, train_set.labels, n_tiers, sample_weight=weights,
                               embeddings=train_vectors, encoder=None if cache is None else cache.encoder_name)

@@ -17,12 +17,14 @@ Prints the figures with 90% bootstrap intervals and one JSON line; see docs/end_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +88,23 @@ class Bench:
         return json.loads(done.stdout[done.stdout.index("{"):])
 
 
+@contextlib.contextmanager
+def family_home(prefix: str) -> Iterator[Path]:
+    """A temporary AIO home whose models folder links to the family demo's files, assembled once into $AIO_HOME
+    (not copied again); exits when the family is not installed."""
+    from aio.demo_family import FamilyUnavailable, assemble_family, models_dir
+    from aio.settings import default_home
+
+    try:
+        assemble_family(default_home())
+    except FamilyUnavailable as exc:
+        sys.exit(f"the family demo is not installed: {exc}")
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        home = Path(tmp)
+        (home / "models").symlink_to(models_dir(default_home()))
+        yield home
+
+
 def tier_answers(tasks: list[Task], by_tier: dict[str, list[Answer]], database_url: str) -> TierAnswers:
     from aio.chat.confidence import confidence
 
@@ -134,20 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="write the cost-accuracy curves as a PNG here")
     parser.add_argument("--keep-log", type=Path, help="copy the SQLite request log (every phase) here")
     args = parser.parse_args(argv)
-    from aio.demo_family import FamilyUnavailable, assemble_family, models_dir
-    from aio.settings import default_home
-
-    try:
-        assemble_family(default_home())  # once, into $AIO_HOME/models; every server below links to it
-    except FamilyUnavailable as exc:
-        sys.exit(f"the family demo is not installed: {exc}")
-    models = models_dir(default_home())
     workload = load_workload(args.seed, args.eval_generated, args.eval_crux)
     train, evaluation = workload.train, workload.eval
     print(f"workload: {len(train)} train, {len(evaluation)} eval tasks (seed {args.seed})", flush=True)
-    with tempfile.TemporaryDirectory(prefix="aio-e2e-") as tmp:
-        home = Path(tmp)
-        (home / "models").symlink_to(models)  # the assembled family files, not copied again
+    with family_home("aio-e2e-") as home:
         bench = Bench(args, home)
         results: dict = {"tasks": {"train": len(train), "eval": len(evaluation)}, "args": vars(args) | {
             "out": str(args.out), "plot": str(args.plot), "keep_log": str(args.keep_log)}}

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import tempfile
 from pathlib import Path
 
-from benchmarks.end_to_end.__main__ import Bench, tier_answers
+from benchmarks.end_to_end.__main__ import Bench, family_home, tier_answers
 from benchmarks.end_to_end.policies import TIERS
 from benchmarks.workload import load_workload
 
@@ -32,17 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    from aio.demo_family import FamilyUnavailable, assemble_family, models_dir
-    from aio.settings import default_home
-
-    try:
-        assemble_family(default_home())
-    except FamilyUnavailable as exc:
-        sys.exit(f"the family demo is not installed: {exc}")
     train = load_workload(args.seed, args.generated, args.crux).train
-    with tempfile.TemporaryDirectory(prefix="aio-train-outcomes-") as tmp:
-        home = Path(tmp)
-        (home / "models").symlink_to(models_dir(default_home()))
+    with family_home("aio-train-outcomes-") as home:
         bench = Bench(args, home)
         server = bench.server(monitor=False)
         try:
