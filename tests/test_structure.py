@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("aio", "tiers", "classifier", "quality_monitor")
+PACKAGES = ("aio", "tiers", "classifier", "quality_monitor", "probes")
 MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 250
 
@@ -119,7 +119,7 @@ def test_the_project_has_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-@pytest.mark.parametrize("package", ["tiers", "classifier", "quality_monitor"])
+@pytest.mark.parametrize("package", ["tiers", "classifier", "quality_monitor", "probes"])
 def test_the_libraries_never_import_the_product(package):
     graph = import_graph()
     offenders = sorted(f"{module} -> {target}" for module, targets in graph.items() if module.split(".")[0] == package

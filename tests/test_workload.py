@@ -16,9 +16,9 @@ import pytest
 
 from benchmarks.workload import (ANSWER_INSTRUCTION, CATEGORIES, DIFFICULTIES, Limits, Outcome, evaluate,
                                  extract_answer, generate, iter_cell, load_workload, matches, parse_question)
-from benchmarks.workload.crux import CruxParseError, compute_truth, data_dir, load_crux, read_rows
+from probes.crux import CruxParseError, compute_truth, data_dir, load_crux, read_rows
 from benchmarks.workload.dataset import split_of
-from benchmarks.workload.generated import TEMPLATES
+from probes.generated import TEMPLATES
 
 FAST = Limits(cpu_seconds=1, wall_seconds=10.0)
 

@@ -2,17 +2,15 @@
 
     python -m benchmarks.workload --summary
 
-Sources: CRUXEval-O rows of the routing data (truth: the function run in a sandbox) and generated
-arithmetic, string/list, date/unit and logic tasks at four difficulty levels (truth: computed by Python).
-Answers are extracted from a reply's final `Answer:` line (or its last code block) and compared by kind.
-See docs/workload.md.
+The tasks, their truths and the answer matching are the product's (`probes`, which `aio calibrate` probes the
+tiers with); this package adds the benchmark's fixed train / eval split. See docs/workload.md.
 """
-from .crux import CruxItem, CruxRow, CruxSet, CruxTruth, compute_truth, load_crux, parse_question
+from probes import (CATEGORIES, DEFAULT_LIMITS, DIFFICULTIES, KINDS, CruxItem, CruxRow, CruxSet, CruxTruth,
+                    GeneratedTask, Limits, Outcome, SandboxResult, compute_truth, evaluate, extract_answer, generate,
+                    iter_cell, load_crux, matches, parse_number, parse_question)
+
 from .dataset import (ANSWER_INSTRUCTION, CRUX_VALUE_NOTE, Task, Workload, crux_task, generated_task,
                       load_workload, split_of)
-from .extract import KINDS, extract_answer, matches, parse_number
-from .generated import CATEGORIES, DIFFICULTIES, GeneratedTask, generate, iter_cell
-from .sandbox import DEFAULT_LIMITS, Limits, Outcome, SandboxResult, evaluate
 
 __all__ = [
     "ANSWER_INSTRUCTION", "CATEGORIES", "CRUX_VALUE_NOTE", "CruxItem", "CruxRow", "CruxSet", "CruxTruth",

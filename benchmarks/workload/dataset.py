@@ -13,32 +13,19 @@ question as stored and add `CRUX_VALUE_NOTE` before it.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Literal
 
-from . import generated
-from .crux import CruxItem, load_crux
+from probes import generated
+from probes.crux import load_crux
+from probes.split import split_of
+from probes.task import ANSWER_INSTRUCTION, CRUX_VALUE_NOTE, Task, crux_task, generated_task, with_instruction
 
-ANSWER_INSTRUCTION = 'End your reply with a final line "Answer: <value>".'
-CRUX_VALUE_NOTE = ("The value is what the function returns, written as a Python literal the way repr() prints "
-                   "it (a string with its quotes).")
+__all__ = ["ANSWER_INSTRUCTION", "CRUX_VALUE_NOTE", "DEFAULT_CRUX_LIMIT", "DEFAULT_N_GENERATED", "Task", "Workload",
+           "crux_task", "generated_task", "load_workload", "split_of", "with_instruction"]
+
 DEFAULT_N_GENERATED = 80
 DEFAULT_CRUX_LIMIT = 40
-
-Source = Literal["crux", "generated"]
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    source: Source
-    category: str  # "crux" or a generated category
-    difficulty: int  # 1..4; for CRUX, from the reference models' outcomes (`CruxRow.difficulty`)
-    prompt: str  # the user message, ending with ANSWER_INSTRUCTION
-    truth: str
-    kind: str  # how `extract.matches` compares: "literal", "number" or "text"
 
 
 @dataclass(frozen=True)
@@ -53,26 +40,6 @@ class Workload:
         if name not in ("train", "eval"):
             raise ValueError(f"unknown split {name!r}")
         return self.train if name == "train" else self.eval
-
-
-def with_instruction(question: str) -> str:
-    return f"{question.rstrip()}\n\n{ANSWER_INSTRUCTION}"
-
-
-def crux_task(item: CruxItem) -> Task:
-    prompt = with_instruction(f"{item.row.question.rstrip()}\n\n{CRUX_VALUE_NOTE}")
-    return Task(item.row.id, "crux", "crux", item.row.difficulty, prompt, item.truth, "literal")
-
-
-def generated_task(task: generated.GeneratedTask) -> Task:
-    return Task(task.id, "generated", task.category, task.difficulty, with_instruction(task.question),
-                task.truth, task.kind)
-
-
-def split_of(task_id: str, seed: int) -> str:
-    """"train" or "eval" for a generated task, from a seeded hash of its id."""
-    digest = hashlib.sha256(f"{seed}:{task_id}".encode()).digest()
-    return "eval" if digest[0] % 2 == 0 else "train"
 
 
 def _generated_split(seed: int, n_per_split: int) -> tuple[list[Task], list[Task]]:

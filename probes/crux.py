@@ -14,7 +14,7 @@ the sandbox (`sandbox.evaluate`) on the input, and the row is kept only if
 Anything else drops the row, counted by reason. Truths are cached in memory for the process, never on disk.
 
 The data folder: an explicit argument, else `$AIO_ROUTING_DATA`, else `shared/data/routing` next to the
-repository (`Path(__file__).resolve().parents[3]`).
+repository (`Path(__file__).resolve().parents[2]`).
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def data_dir(path: str | os.PathLike | None = None) -> Path:
     if path is not None:
         return Path(path)
     env = os.environ.get("AIO_ROUTING_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data" / "routing"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data" / "routing"
 
 
 def parse_question(question: str) -> tuple[str, str]:
