@@ -9,15 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import deque
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Sequence as Seq
+from typing import Any, AsyncIterator, Callable, Hashable, Sequence as Seq
 
 from tiers.attention.selector import get_attention_backend
 from tiers.engine.block_manager import BlockManager
 from tiers.engine.config import EngineConfig
 from tiers.engine.detokenizer import Detokenizer
 from tiers.engine.errors import ENGINE_FAILED, REQUEST_INVALID, describe_failure, failure
+from tiers.engine.inbox import Inbox
 from tiers.engine.isolation import execute_isolated
 from tiers.engine.kv_cache import kv_bytes_per_block, resolve_max_model_len
 from tiers.engine.model_runner import ModelRunner
@@ -25,7 +25,7 @@ from tiers.engine.output_processor import OutputProcessor
 from tiers.engine.outputs import EngineStats, RequestOutput
 from tiers.engine.processor import InputProcessor, Prompt
 from tiers.engine.sampler import SamplerOutput
-from tiers.engine.sampling_params import InvalidRequestError, SamplingParams, StructuredOutputParams
+from tiers.engine.sampling_params import SamplingParams, StructuredOutputParams
 from tiers.engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
 from tiers.engine.sequence import Sequence
 from tiers.engine.turnstile import Turnstile
@@ -70,9 +70,7 @@ class Engine:
                                         self.runner.make_generator)
         self.detokenizer = Detokenizer(self.tokenizer) if self.tokenizer is not None else None
         self.output_processor = OutputProcessor(self.detokenizer, self.processor.eos_token_ids, self.max_model_len)
-        self._seqs: dict[str, Sequence] = {}
-        self._pending: deque[Sequence] = deque()
-        self._pending_aborts: deque[str] = deque()
+        self._inbox = Inbox()
         self._lock = threading.RLock()
         self._work, self._turnstile = threading.Condition(self._lock), Turnstile()  # fair turns at the lock
         self._loop_thread: threading.Thread | None = None
@@ -91,11 +89,12 @@ class Engine:
 
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
                     priority: int = 0, on_output: Callable[[RequestOutput], None] | None = None,
-                    stream: bool = False) -> str:
+                    stream: bool = False, tenant: Hashable | None = None) -> str:
         """Queues a request; the next step picks it up. Raises InvalidRequestError for bad input.
-        priority: lower is served first (the quality monitor replays at a higher number)."""
+        priority: lower is served first (the quality monitor replays at a higher number). tenant: who asks, an
+        opaque id (an API key's): seats and KV blocks are shared fairly between tenants (tiers.engine.fair_share)."""
         seq = self.processor.make_sequence(prompt, params or SamplingParams(), request_id, priority, on_output,
-                                           stream)
+                                           stream, tenant)
         self._submit([seq])
         return seq.request_id
 
@@ -105,20 +104,17 @@ class Engine:
 
     def _submit(self, seqs: list[Sequence]) -> None:
         with self._turnstile.entering(), self._lock:
-            for seq in seqs:
-                if seq.request_id in self._seqs or any(p.request_id == seq.request_id for p in self._pending):
-                    raise InvalidRequestError(f"request id {seq.request_id!r} is already in use")
-            self._pending.extend(seqs)
+            self._inbox.add(seqs)
             self._work.notify_all()
 
     def abort(self, request_id: str) -> None:
         """Stops a request (no-op if it already finished); its blocks are freed on the next step."""
         with self._turnstile.entering(), self._lock:
-            self._pending_aborts.append(request_id)
+            self._inbox.aborted.append(request_id)
             self._work.notify_all()
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self._pending or self._pending_aborts or self.scheduler.has_unfinished())
+        return bool(self._inbox or self.scheduler.has_unfinished())
 
     # ---- the step -------------------------------------------------------------------------------------------
 
@@ -179,19 +175,16 @@ class Engine:
             self._finish(seq, "error", outputs, error=message, error_kind=kind)
 
     def _admit_pending(self, outputs: list[RequestOutput]) -> None:
-        while self._pending:
-            seq = self._pending.popleft()
-            self._seqs[seq.request_id] = seq
+        added, aborted = self._inbox.take()
+        for seq in added:
             self.scheduler.add(seq)
-        while self._pending_aborts:
-            seq = self._seqs.get(self._pending_aborts.popleft())
-            if seq is not None and not seq.is_finished:
-                self._finish(seq, "abort", outputs)
+        for seq in aborted:
+            self._finish(seq, "abort", outputs)
 
     def _finish(self, seq: Sequence, reason: str, outputs: list[RequestOutput], error: str | None = None,
                 error_kind: str | None = None) -> None:
         self.scheduler.finish(seq, reason, discard_cached=reason == "error")
-        self._seqs.pop(seq.request_id, None)
+        self._inbox.live.pop(seq.request_id, None)
         self.output_processor.finish(seq, outputs, error, error_kind)
 
     # ---- front ends -----------------------------------------------------------------------------------------
@@ -223,13 +216,13 @@ class Engine:
         return [results[s.request_id] for s in seqs]
 
     async def stream(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
-                     priority: int = 0) -> AsyncIterator[RequestOutput]:
+                     priority: int = 0, tenant: Hashable | None = None) -> AsyncIterator[RequestOutput]:
         """Yields an output per generated token (delta_text / new_token_ids), the last one with finished=True.
-        Closing the iterator early aborts the request."""
+        Closing the iterator early aborts the request. priority, tenant: as add_request's."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         seq = self.processor.make_sequence(prompt, params or SamplingParams(), request_id, priority,
-                                           lambda out: loop.call_soon_threadsafe(queue.put_nowait, out), True)
+                                           lambda out: loop.call_soon_threadsafe(queue.put_nowait, out), True, tenant)
         self._submit([seq])
         self._ensure_loop_thread()
         finished = False
@@ -269,7 +262,7 @@ class Engine:
     def _fail_all(self, error: str) -> None:
         with self._lock:
             self._admit_pending([])
-            for seq in [seq for seq in self._seqs.values() if not seq.is_finished]:
+            for seq in [seq for seq in self._inbox.live.values() if not seq.is_finished]:
                 self._finish(seq, "error", [], error=error, error_kind=ENGINE_FAILED)
 
     def close(self) -> None:
@@ -277,7 +270,7 @@ class Engine:
         with self._lock:
             self._closed = True
             self._work.notify_all()
-            self._pending_aborts.extend(list(self._seqs))
+            self._inbox.aborted.extend(list(self._inbox.live))
             self._admit_pending([])
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=10)
@@ -287,7 +280,7 @@ class Engine:
         return not self._closed
 
     def stats(self) -> EngineStats:
-        return _stats(self.block_manager, self.scheduler, len(self._pending), self.num_steps, self.speculator)
+        return _stats(self.block_manager, self.scheduler, len(self._inbox.added), self.num_steps, self.speculator)
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         return self.processor.apply_chat_template(messages, add_generation_prompt)

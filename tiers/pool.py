@@ -8,7 +8,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Protocol, Sequence
+from typing import Any, AsyncIterator, Hashable, Protocol, Sequence
 
 from tiers.engine.config import EngineConfig
 from tiers.engine.errors import EngineFailedError, RequestFailedError
@@ -66,7 +66,9 @@ class Tier(Protocol):
         """Raises InvalidRequestError when the tier cannot honour `options` (e.g. a schema it cannot enforce)."""
 
     def stream_chat(self, messages: Sequence[Message], params: SamplingParams, request_id: str,
-                    priority: int = 0, options: ChatOptions | None = None) -> AsyncIterator[ChatChunk]: ...
+                    priority: int = 0, options: ChatOptions | None = None,
+                    tenant: Hashable | None = None) -> AsyncIterator[ChatChunk]:
+        """tenant: who asks (an API key's id), for a local engine's fair sharing between tenants."""
 
     def token_text(self, token_id: int) -> str: ...
 
@@ -106,14 +108,16 @@ class LocalTier:
             self.engine.check_structured_output(structured)
 
     async def stream_chat(self, messages: Sequence[Message], params: SamplingParams, request_id: str,
-                          priority: int = 0, options: ChatOptions | None = None) -> AsyncIterator[ChatChunk]:
+                          priority: int = 0, options: ChatOptions | None = None,
+                          tenant: Hashable | None = None) -> AsyncIterator[ChatChunk]:
         prompt_ids = self.encode(messages, options)
         if not self.engine.is_healthy:
             raise TierUnavailableError(f"tier {self.name} is shut down")
         params = self.tools.guided(params, options)
         parser = self.tools.parser(options)
         try:
-            async for out in self.engine.stream(prompt_ids, params, request_id=request_id, priority=priority):
+            async for out in self.engine.stream(prompt_ids, params, request_id=request_id, priority=priority,
+                                                tenant=tenant):
                 chunk = ChatChunk(delta_text=out.delta_text, num_new_tokens=len(out.new_token_ids),
                                   logprobs=out.logprobs[-len(out.new_token_ids):]
                                   if out.logprobs and out.new_token_ids else None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Hashable, Sequence
 
 import httpx
 
@@ -103,7 +103,9 @@ class RemoteTier:
         return body
 
     async def stream_chat(self, messages: Sequence[Message], params: SamplingParams, request_id: str,
-                          priority: int = 0, options: ChatOptions | None = None) -> AsyncIterator[ChatChunk]:
+                          priority: int = 0, options: ChatOptions | None = None,
+                          tenant: Hashable | None = None) -> AsyncIterator[ChatChunk]:
+        """tenant is not sent: the remote server schedules its own clients (this server is one of them)."""
         if not self.is_available():
             raise TierUnavailableError(f"tier {self.name} ({self.base_url}) is unreachable", COOLDOWN_S)
         self._num_running += 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Sequence as Seq
+from typing import Any, Callable, Hashable, Sequence as Seq
 
 import torch
 
@@ -29,8 +29,10 @@ class InputProcessor:
         self._rng = random.Random(seed)
 
     def make_sequence(self, prompt: Prompt, params: SamplingParams, request_id: str | None, priority: int,
-                      on_output: Callable[[RequestOutput], None] | None, stream: bool) -> Sequence:
-        """Raises InvalidRequestError for bad input."""
+                      on_output: Callable[[RequestOutput], None] | None, stream: bool,
+                      tenant: Hashable | None = None) -> Sequence:
+        """Raises InvalidRequestError for bad input. tenant: who asked, an opaque hashable id (the scheduler shares
+        the engine fairly between tenants)."""
         if not isinstance(params, SamplingParams):
             raise InvalidRequestError(f"params must be SamplingParams, got {type(params).__name__}")
         token_ids = self.tokenize(prompt)
@@ -39,14 +41,16 @@ class InputProcessor:
                                       f"context length of {self.max_model_len} tokens")
         if not isinstance(priority, int):
             raise InvalidRequestError(f"priority must be an integer, got {priority!r}")
+        if not isinstance(tenant, Hashable):
+            raise InvalidRequestError(f"a tenant is a string or an integer, got {type(tenant).__name__}")
         self.check_token_ids(params)
         grammar = self.grammars.new_matcher(params.structured_output) if params.structured_output else None
         generator = None
         if not params.greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             generator = self.make_generator(seed)
-        return Sequence(request_id or uuid.uuid4().hex, token_ids, params, priority=priority, on_output=on_output,
-                        stream=stream, generator=generator, grammar=grammar,
+        return Sequence(request_id or uuid.uuid4().hex, token_ids, params, priority=priority, tenant=tenant,
+                        on_output=on_output, stream=stream, generator=generator, grammar=grammar,
                         min_tokens_stop_ids=self.min_tokens_stop_ids(params))
 
     def check_token_ids(self, params: SamplingParams) -> None:

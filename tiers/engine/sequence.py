@@ -5,7 +5,7 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import torch
 
@@ -35,6 +35,7 @@ class Sequence:
     prompt_token_ids: list[int]
     params: SamplingParams
     priority: int = 0
+    tenant: Hashable | None = None  # who asked (an API key's id): the scheduler shares fairly between tenants
     on_output: Callable[[Any], None] | None = None
     stream: bool = False
     arrival_time: float = field(default_factory=time.monotonic)
