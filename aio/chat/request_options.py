@@ -61,13 +61,15 @@ def chat_options(body: ChatCompletionRequest) -> ChatOptions | None:
         if body.parallel_tool_calls is not None:
             raise invalid_request("parallel_tool_calls is only allowed when tools are given", "parallel_tool_calls")
     names = [t.function.name for t in tools]
-    duplicate = next((n for n in names if names.count(n) > 1), None)
-    if duplicate is not None:
-        raise invalid_request(f"tools: the function name {duplicate!r} is given more than once", "tools")
+    seen: set[str] = set()
+    for name in names:  # linear: a set, not names.count (the schema bounds tools at 128 too)
+        if name in seen:
+            raise invalid_request(f"tools: the function name {name!r} is given more than once", "tools")
+        seen.add(name)
     choice: str | dict[str, Any] = "auto" if tools else "none"
     if body.tool_choice is not None:
         choice = body.tool_choice if isinstance(body.tool_choice, str) else body.tool_choice.model_dump()
-    if isinstance(choice, dict) and choice["function"]["name"] not in names:
+    if isinstance(choice, dict) and choice["function"]["name"] not in seen:
         raise invalid_request(f"tool_choice names the function {choice['function']['name']!r}, which is not "
                               f"among the tools ({', '.join(names)})", "tool_choice.function.name")
     response_format = _response_format(body)

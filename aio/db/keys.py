@@ -32,6 +32,8 @@ KEY_START = "aio-"
 PREFIX_LENGTH = 12
 MAX_KEY_LENGTH = 256
 ROLES = ("user", "admin")
+MAX_NAME_LENGTH = 100
+MAX_ID = (1 << 63) - 1  # the column is a 64-bit integer: a larger id names no key
 _MAX_CACHED = 10_000
 
 
@@ -55,6 +57,26 @@ class ApiKeyInfo:
     @property
     def is_admin(self) -> bool:
         return self.role == "admin"
+
+
+def key_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a key, or None. Printable text only: a name is shown in listings (`aio keys list`,
+    the dashboard), where a line break or an escape sequence could forge a row."""
+    if not name.strip():
+        return "a key needs a name"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"a key's name may have at most {MAX_NAME_LENGTH} characters, got {len(name)}"
+    if not name.isprintable():
+        return (f"a key's name must be printable text: no control characters (C0, C1, DEL), line breaks, format "
+                f"characters or lone surrogates; got {name!r}")
+    return None
+
+
+def _match(key: int | str):
+    """The WHERE clause for a key's id (int) or name (str); an id outside the column's range matches nothing."""
+    if isinstance(key, int):
+        return ApiKey.id == key if 0 < key <= MAX_ID else sa.false()
+    return ApiKey.name == key
 
 
 def hash_key(key: str) -> str:
@@ -97,9 +119,10 @@ class KeyStore:
 
     def create(self, name: str, role: str = "user", limits: KeyLimits = KeyLimits()) -> tuple[ApiKeyInfo, str]:
         """A new key named `name`; returns its info and the plaintext key, which cannot be recovered later."""
+        problem = key_name_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
         name = name.strip()
-        if not name:
-            raise ValueError("a key needs a name")
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}: roles are {list(ROLES)}")
         with self._sessions.begin() as session:
@@ -138,11 +161,16 @@ class KeyStore:
         with self._sessions() as session:
             return [_info(row) for row in session.scalars(query)]
 
+    def find_active(self, key: int | str) -> ApiKeyInfo | None:
+        """The active key with this id (int) or name (str), or None."""
+        with self._sessions() as session:
+            row = session.scalar(sa.select(ApiKey).where(_match(key), ApiKey.revoked_at.is_(None)))
+            return _info(row) if row is not None else None
+
     def revoke(self, key: int | str) -> bool:
         """Revoke the active key with this id (int) or name (str); False if there is none."""
-        match = ApiKey.id == key if isinstance(key, int) else ApiKey.name == key
         with self._sessions.begin() as session:
-            rows = session.scalars(sa.select(ApiKey).where(match, ApiKey.revoked_at.is_(None))).all()
+            rows = session.scalars(sa.select(ApiKey).where(_match(key), ApiKey.revoked_at.is_(None))).all()
             for row in rows:
                 row.revoked_at = utcnow()
             prefixes = [row.prefix for row in rows]
@@ -153,9 +181,8 @@ class KeyStore:
         """Set some of rpm_limit / tpm_limit / max_streams (None: no limit) on the active key with this id or name;
         None if there is none. Servers see the change within `cache_ttl_s`."""
         KeyLimits(**changes)  # validates
-        match = ApiKey.id == key if isinstance(key, int) else ApiKey.name == key
         with self._sessions.begin() as session:
-            row = session.scalar(sa.select(ApiKey).where(match, ApiKey.revoked_at.is_(None)))
+            row = session.scalar(sa.select(ApiKey).where(_match(key), ApiKey.revoked_at.is_(None)))
             if row is None:
                 return None
             for name, value in changes.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
@@ -24,9 +25,23 @@ def _param(loc: tuple[Any, ...]) -> str | None:
     return ".".join(parts) or None
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxstring, _REPR.maxlong, _REPR.maxother = 2, 3, 3, 40, 40, 40
+
+
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
+    """A short repr whose cost does not grow with the value (a hostile body's list may have a million items)."""
+    text = _REPR.repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _reason(error: dict[str, Any]) -> str:
+    ctx = error.get("ctx") or {}
+    if error.get("type") == "too_long" and "max_length" in ctx:
+        return f"at most {ctx['max_length']} items are allowed, got {ctx.get('actual_length', 'more')}"
+    reason = str(error.get("msg", "invalid value"))
+    reason = reason[len(_SHOULD_BE):] if reason.startswith(_SHOULD_BE) else reason
+    return _PLAIN.get(reason, reason)
 
 
 def validation_message(exc: RequestValidationError, content_type: str | None) -> tuple[str, str | None, str | None]:
@@ -48,15 +63,22 @@ def validation_message(exc: RequestValidationError, content_type: str | None) ->
         return f"the request body must be a JSON object, not {_short(first.get('input'))}", None, "invalid_json"
     if first.get("type") == "missing":
         return f"missing required parameter: {param!r}", param, "missing_required_parameter"
+    if str(first.get("type", "")).endswith("_type"):
+        # a union member with the value's type that fails inside it (`stop: ["a", 1]` is a list: its item 1 is wrong)
+        inside = next((e for e in errors if (_param(tuple(e.get("loc", ()))) or "").startswith(param + ".")), None)
+        if inside is not None:
+            first, param = inside, _param(tuple(inside.get("loc", ())))
     value = first.get("input")
     if isinstance(value, float) and not math.isfinite(value):
         return f"invalid value for {param!r}: must be a finite number, got {value}", param, "invalid_value"
     same_field = [e for e in errors if _param(tuple(e.get("loc", ()))) == param]
+    # A union member whose type the value has (a list for `str | list`) says what is wrong with it; the others
+    # only say that the value is not of their type.
+    specific = [e for e in same_field if not str(e.get("type", "")).endswith("_type")]
+    same_field = specific if specific and len(specific) < len(same_field) else same_field
     reasons: list[str] = []
     for error in same_field:
-        reason = str(error.get("msg", "invalid value"))
-        reason = reason[len(_SHOULD_BE):] if reason.startswith(_SHOULD_BE) else reason
-        reason = _PLAIN.get(reason, reason)
+        reason = _reason(error)
         if reason not in reasons:
             reasons.append(reason)
     return (f"invalid value for {param!r}: should be {' or '.join(reasons)}, got {_short(value)}"
