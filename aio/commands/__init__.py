@@ -39,12 +39,14 @@ def database(config: Path | None, *, ensure_schema: bool = True) -> Iterator[Eng
     errors (bad settings, unreachable database, ...) end the command with a clear message."""
     from aio.db.database import DatabaseError, make_engine
     from aio.db.migrate import ensure_schema as _ensure_schema
+    from aio.server.data_at_rest import restrict_data
     from aio.settings import ConfigError, load_settings
 
     try:
         settings = load_settings(config)
+        restrict_data(settings.home, settings.resolved_database_url)  # as `aio serve` leaves them: this user's only
         engine = make_engine(settings.resolved_database_url)
-    except (ConfigError, DatabaseError) as exc:
+    except (ConfigError, DatabaseError, OSError) as exc:
         raise fail(str(exc)) from None
     typer.echo(f"database: {describe_database(settings)}", err=True)
     try:

@@ -36,6 +36,13 @@ class Role(str, Enum):
     admin = "admin"
 
 
+def shown(text: str) -> str:
+    """User-supplied text as the terminal should show it: non-printable characters (ESC, CR, LF, C1, bidi controls,
+    lone surrogates) escaped as in Python's repr, so a key's name cannot forge output."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)
+
+
 def _when(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M") if moment is not None else "-"
 
@@ -74,12 +81,42 @@ def list_keys(config: Path | None = ConfigOption,
                f"{'status':<24}  limits")
     for k in keys:
         status = "active" if k.active else f"revoked {_when(k.revoked_at)}"
-        typer.echo(f"{k.id:>4}  {k.name:<20} {k.role:<6} {k.prefix + '…':<13} {_when(k.created_at):<16}  "
+        typer.echo(f"{k.id:>4}  {shown(k.name):<20} {k.role:<6} {k.prefix + '…':<13} {_when(k.created_at):<16}  "
                    f"{_when(k.last_used_at):<16}  {status:<24}  {_describe(k)}")
 
 
+NameOrIdArgument = typer.Argument(None, metavar="NAME_OR_ID", show_default=False,
+                                  help="the key's name or id (ambiguous: use --id or --name)")
+IdOption = typer.Option(None, "--id", min=1, metavar="ID", help="the key's id")
+NameOption = typer.Option(None, "--name", metavar="NAME", help="the key's name")
+
+
+def _find(store, name_or_id: str | None, key_id: int | None, name: str | None):
+    """The active key the arguments name: exactly one of NAME_OR_ID, --id and --name. A NAME_OR_ID of digits that is
+    one key's id and another key's name is refused rather than guessed."""
+    if sum(x is not None for x in (name_or_id, key_id, name)) != 1:
+        raise fail("name the key once: NAME_OR_ID, --id ID or --name NAME")
+    if key_id is not None:
+        found = store.find_active(key_id)
+        what = f"id {key_id}"
+    elif name is not None:
+        found = store.find_active(name)
+        what = f"the name {name!r}"
+    else:
+        by_name = store.find_active(name_or_id)
+        by_id = store.find_active(int(name_or_id)) if name_or_id.isascii() and name_or_id.isdigit() else None
+        if by_id is not None and by_name is not None and by_id.id != by_name.id:
+            raise fail(f"{name_or_id!r} is the id of key {by_id.id} {by_id.name!r} and the name of key {by_name.id}: "
+                       f"say --id {name_or_id} or --name {name_or_id}")
+        found = by_id or by_name
+        what = f"the name or id {name_or_id!r}"
+    if found is None:
+        raise fail(f"no active key with {what}")
+    return found
+
+
 @keys_app.command()
-def update(name_or_id: str = typer.Argument(..., metavar="NAME_OR_ID", help="the key's name or id"),
+def update(name_or_id: str | None = NameOrIdArgument, key_id: int | None = IdOption, name: str | None = NameOption,
            rpm: int | None = RpmOption, tpm: int | None = TpmOption, max_streams: int | None = StreamsOption,
            config: Path | None = ConfigOption) -> None:
     """Change a key's limits (servers apply them within seconds); options not given stay as they are."""
@@ -90,23 +127,22 @@ def update(name_or_id: str = typer.Argument(..., metavar="NAME_OR_ID", help="the
         raise fail("nothing to change: give --rpm, --tpm or --max-streams")
     with database(config) as engine:
         store = KeyStore(engine)
-        info = store.update_limits(int(name_or_id), changes) if name_or_id.isdigit() else None
-        info = info or store.update_limits(name_or_id, changes)
+        info = store.update_limits(_find(store, name_or_id, key_id, name).id, changes)
     if info is None:
-        raise fail(f"no active key with the name or id {name_or_id!r}")
+        raise fail("the key was revoked meanwhile")
     typer.echo(f"key {info.id} {info.name!r}: {_describe(info)}")
 
 
 @keys_app.command()
-def revoke(name_or_id: str = typer.Argument(..., metavar="NAME_OR_ID", help="the key's name or id"),
+def revoke(name_or_id: str | None = NameOrIdArgument, key_id: int | None = IdOption, name: str | None = NameOption,
            config: Path | None = ConfigOption) -> None:
     """Revoke a key: it stops working within seconds on every server."""
     from aio.db.keys import KeyStore
 
     with database(config) as engine:
         store = KeyStore(engine)
-        revoked = name_or_id.isdigit() and store.revoke(int(name_or_id))  # an id first, then a name
-        revoked = revoked or store.revoke(name_or_id)
+        info = _find(store, name_or_id, key_id, name)
+        revoked = store.revoke(info.id)
     if not revoked:
-        raise fail(f"no active key with the name or id {name_or_id!r}")
-    typer.echo(f"revoked {name_or_id}")
+        raise fail(f"key {info.id} {info.name!r} was revoked meanwhile")
+    typer.echo(f"revoked key {info.id} {info.name!r}")

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends
 
 from aio.api.errors import APIError
 from aio.api.schemas import CreateKeyRequest
+from aio.db.keys import MAX_ID
 from aio.server.deps import State, admin_key
 from aio.server.json_text import TextCheckedRoute
 
@@ -31,8 +32,20 @@ async def create_key(body: CreateKeyRequest, state: State) -> dict:
     return {**_info(info), "key": key}
 
 
+def _key_id(text: str) -> int:
+    """A key's id as the path gives it: ASCII digits only ("3.0", "+3", "³" are not ids); one past int64 names no
+    key (404)."""
+    if not (text.isascii() and text.isdigit()):
+        raise APIError(400, f"invalid key id {text[:40]!r}: a key's id is a positive integer (GET /admin/keys lists "
+                            "them)", param="key_id", code="invalid_value")
+    if len(text) > len(str(MAX_ID)) or int(text) > MAX_ID or int(text) == 0:
+        raise APIError(404, f"no active key with id {text[:40]}", param="key_id")
+    return int(text)
+
+
 @router.delete("/keys/{key_id}")
-async def revoke_key(key_id: int, state: State) -> dict:
-    if not await asyncio.to_thread(state.keys.revoke, key_id):
-        raise APIError(404, f"no active key with id {key_id}", param="key_id")
-    return {"id": key_id, "revoked": True}
+async def revoke_key(key_id: str, state: State) -> dict:
+    number = _key_id(key_id)
+    if not await asyncio.to_thread(state.keys.revoke, number):
+        raise APIError(404, f"no active key with id {number}", param="key_id")
+    return {"id": number, "revoked": True}
