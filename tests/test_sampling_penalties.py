@@ -30,6 +30,10 @@ def engine(llama_path):
     ({"frequency_penalty": float("nan")}, "frequency_penalty"),
     ({"repetition_penalty": 0.0}, "repetition_penalty"),
     ({"repetition_penalty": float("inf")}, "repetition_penalty"),
+    ({"repetition_penalty": 1e-300}, r"repetition_penalty must be a number in \[0.01, 2.0\]"),
+    ({"repetition_penalty": 2.01}, "repetition_penalty"),
+    ({"temperature": float("inf")}, "temperature"),
+    ({"temperature": True}, "temperature"),
     ({"min_tokens": -1}, "min_tokens"),
     ({"min_tokens": 20, "max_tokens": 10}, "min_tokens"),
     ({"logit_bias": {5: 101}}, "logit_bias"),
@@ -187,3 +191,50 @@ def test_remote_tier_sends_the_sampling_fields():
     assert (body["repetition_penalty"], body["min_tokens"]) == (1.1, 2)
     plain = tier._body([{"role": "user", "content": "hi"}], SamplingParams())
     assert not {"logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens"} & set(plain)
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324, 1e-40, 1e-20, 1e-6])
+def test_a_tiny_temperature_is_exact_and_gives_the_argmax(temperature):
+    """(logits - max) / T: finite for every T > 0 (logits / 1e-20 overflowed to inf, and 1e-300 is 0 in float32:
+    softmax gave NaN and the answer came back empty). The distribution is one-hot on the argmax, as greedy."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(4, 64, generator=g) * 30
+    logits[:, 7] = float("-inf")  # a masked token (grammar, min_tokens) stays impossible
+    probs = processed_probs(logits, [SamplingParams(temperature=temperature)] * 4)
+    assert torch.isfinite(probs).all()
+    torch.testing.assert_close(probs, torch.nn.functional.one_hot(logits.argmax(-1), 64).float())
+
+
+def test_a_temperature_up_to_two_is_the_softmax_of_logits_over_t():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(2)) * 5
+    for temperature in (0.05, 0.7, 1.0, 2.0):
+        probs = processed_probs(logits, [SamplingParams(temperature=temperature)] * 3)
+        torch.testing.assert_close(probs, torch.softmax(logits.double() / temperature, dim=-1).float())
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-20])
+def test_the_engine_at_a_tiny_temperature_answers_as_greedy(engine, temperature):
+    prompts = make_prompts(engine.model_config.vocab_size)[:3]
+    greedy = engine.generate(prompts, SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    tiny = engine.generate(prompts, [SamplingParams(max_tokens=12, temperature=temperature, seed=i, ignore_eos=True)
+                                     for i in range(3)])
+    assert all(len(o.token_ids) == 12 for o in tiny)
+    assert [o.token_ids for o in tiny] == [o.token_ids for o in greedy]
+
+
+@pytest.mark.parametrize("repetition_penalty", [0.01, 2.0])
+def test_the_repetition_penalty_at_its_bounds_matches_the_definition(llama_path, engine, repetition_penalty):
+    """The documented range's ends through the engine: a full answer, token for token the greedy choice over
+    transformers' raw logits penalised by hand (in float64)."""
+    model = AutoModelForCausalLM.from_pretrained(llama_path, dtype=torch.float32).eval()
+    prompt = make_prompts(engine.model_config.vocab_size)[2]
+    params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True, repetition_penalty=repetition_penalty)
+    got = engine.generate([prompt], params)[0].token_ids
+    expected: list[int] = []
+    with torch.no_grad():
+        for _ in range(10):
+            raw = model(torch.tensor([prompt + expected])).logits[0, -1].tolist()
+            processed = reference_logits(raw, prompt, expected, params)
+            assert all(math.isfinite(x) for x in processed)
+            expected.append(max(range(len(processed)), key=processed.__getitem__))
+    assert len(got) == 10 and got == expected

@@ -1,7 +1,8 @@
 """The logits a request chooses from: the model's, changed by its penalties, logit_bias, min_tokens and grammar.
 
 One batched pass per step over the rows that ask for any of it (rows that do not cost nothing), in this order:
-1. repetition_penalty (vLLM/HF): for tokens in the prompt or the output so far, logit / p where positive, else * p;
+1. repetition_penalty (vLLM/HF): for tokens in the prompt or the output so far, logit / p where positive, else * p,
+   with p in [0.01, 2] so that the result stays finite (SamplingParams);
 2. frequency and presence penalties (OpenAI): logit[j] -= count[j] * frequency + (count[j] > 0) * presence, with
    count over the generated tokens only;
 3. logit_bias: added to the token's logit;
@@ -9,7 +10,8 @@ One batched pass per step over the rows that ask for any of it (rows that do not
 5. the grammar mask (structured output): every token the grammar does not allow next at -inf. When min_tokens
    leaves a grammar no token at all (the JSON is complete before min_tokens), the grammar wins: its stop tokens
    stay allowed.
-Temperature, top-k and top-p then apply to the result (sampler.processed_probs); greedy takes its argmax.
+Temperature, top-k and top-p then apply to the result (sampler.processed_probs, exact for any temperature > 0);
+greedy takes its argmax.
 """
 from __future__ import annotations
 

@@ -65,10 +65,20 @@ def token_logprobs(logits: torch.Tensor, token_ids: list[int], num_top: list[int
     return out
 
 
+def tempered(logits: torch.Tensor, temperatures: list[float]) -> torch.Tensor:
+    """(logits - row max) / T: each row's best token at 0 and the others below it, finite or -inf for every T > 0
+    (logits / T overflows for a tiny T, and the softmax of inf is NaN). A T that float32 cannot hold (below its
+    smallest normal number, 1.2e-38) divides in float64; softmax then gives the argmax all the mass, as greedy."""
+    shifted = logits - logits.max(dim=-1, keepdim=True).values
+    if min(temperatures) >= torch.finfo(logits.dtype).tiny:
+        return shifted / torch.tensor(temperatures, device=logits.device, dtype=logits.dtype).unsqueeze(1)
+    scaled = shifted.double() / torch.tensor(temperatures, device=logits.device, dtype=torch.float64).unsqueeze(1)
+    return scaled.to(logits.dtype)
+
+
 def processed_probs(logits: torch.Tensor, params: list) -> torch.Tensor:
     """The distribution each row samples from: temperature, then top-k, then top-p (renormalised)."""
-    temperature = torch.tensor([p.temperature for p in params], device=logits.device, dtype=logits.dtype)
-    logits = logits / temperature.unsqueeze(1)
+    logits = tempered(logits, [p.temperature for p in params])
     top_ks = [p.top_k for p in params]
     if any(top_ks):
         vocab = logits.shape[-1]

@@ -7,6 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# logit / p and logit * p stay within 100x the model's logits, finite and exact in float32 (vLLM takes any p > 0:
+# p = 1e-300 turns a logit into inf and the answer into NaN); 2 is OpenRouter's upper bound.
+MIN_REPETITION_PENALTY = 0.01
+MAX_REPETITION_PENALTY = 2.0
+
+
 class InvalidRequestError(ValueError):
     """A request the engine refuses: the message says which field is wrong and why."""
 
@@ -43,7 +49,7 @@ class StructuredOutputParams:
 @dataclass
 class SamplingParams:
     max_tokens: int = 16
-    temperature: float = 1.0
+    temperature: float = 1.0  # >= 0, finite; 0: greedy. Any T > 0 is exact (sampler.tempered)
     top_p: float = 1.0
     top_k: int = 0  # 0 or -1: no top-k
     seed: int | None = None
@@ -57,7 +63,7 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit, in [-100, 100]
     presence_penalty: float = 0.0  # in [-2, 2]: subtracted once from every token generated so far
     frequency_penalty: float = 0.0  # in [-2, 2]: subtracted per occurrence among the generated tokens
-    repetition_penalty: float = 1.0  # > 0: tokens in the prompt or output: logit / p if positive, else logit * p
+    repetition_penalty: float = 1.0  # in [0.01, 2]: tokens in the prompt or output: logit / p if positive, else * p
     min_tokens: int = 0  # EOS and stop_token_ids are masked until this many tokens were generated
     structured_output: StructuredOutputParams | None = None
 
@@ -67,8 +73,8 @@ class SamplingParams:
         self.stop = [s for s in (self.stop or [])]
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise InvalidRequestError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not isinstance(self.temperature, (int, float)) or self.temperature != self.temperature or self.temperature < 0:
-            raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not _is_number(self.temperature) or self.temperature < 0:
+            raise InvalidRequestError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.top_k, int) or self.top_k < -1:
@@ -92,8 +98,10 @@ class SamplingParams:
             value = getattr(self, name)
             if not _is_number(value) or not -2.0 <= value <= 2.0:
                 raise InvalidRequestError(f"{name} must be a number in [-2, 2], got {value!r}")
-        if not _is_number(self.repetition_penalty) or not 0.0 < self.repetition_penalty < math.inf:
-            raise InvalidRequestError(f"repetition_penalty must be a number > 0, got {self.repetition_penalty!r}")
+        if not _is_number(self.repetition_penalty) or \
+                not MIN_REPETITION_PENALTY <= self.repetition_penalty <= MAX_REPETITION_PENALTY:
+            raise InvalidRequestError(f"repetition_penalty must be a number in [{MIN_REPETITION_PENALTY}, "
+                                      f"{MAX_REPETITION_PENALTY}], got {self.repetition_penalty!r}")
         if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or \
                 not 0 <= self.min_tokens <= self.max_tokens:
             raise InvalidRequestError(f"min_tokens must be an integer in [0, max_tokens={self.max_tokens}], got "
