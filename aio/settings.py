@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     # true: the chat endpoint takes requests without an API key (loopback binds only). Off by default: without keys
     # `aio serve` refuses to start, and revoking the last key never reopens the endpoint.
     open_endpoint: bool = False
+    # Host header names (any port) the server answers: open mode takes the loopback names (localhost, 127.0.0.1,
+    # [::1]) and these, so a web page cannot reach it by DNS rebinding; with keys, any Host unless this is set
+    allowed_hosts: list[str] = Field(default_factory=list)
     replica: str | None = None  # this server's name in the log's `replica` column; default: host:port
     # slow clients (per connection): a request's headers, then its body, must arrive within these; idle keep-alive
     # connections close after keep_alive_timeout_s; beyond max_connections new connections get 503

@@ -85,7 +85,7 @@ def test_a_server_without_the_wheel_says_so_in_v1_models(tmp_path, monkeypatch):
         monkeypatch.delenv(name)
     settings = load_settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'aio.db'}", monitor_mode="off",
                              open_endpoint=True)
-    with TestClient(create_app(settings, admin_key=ADMIN)) as client:
+    with TestClient(create_app(settings, admin_key=ADMIN), base_url="http://localhost") as client:  # a loopback Host
         models = client.get("/v1/models").json()["data"]
     assert [m["id"] for m in models] == ["auto", *TIER_ORDER]
     for model in models:

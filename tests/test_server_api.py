@@ -148,6 +148,33 @@ def test_stop_string_ends_the_answer(client):
     assert stopped.finish_reason == "stop" and stopped.message.content == base[:base.index(stop)]
 
 
+def test_a_tiny_temperature_answers_as_greedy_and_wrong_types_are_400s(server, client):
+    answers = [client.chat.completions.create(model="small", messages=HELLO, max_tokens=10, temperature=t, seed=5,
+                                              logprobs=True, extra_body={"ignore_eos": True}) for t in (1e-300, 0)]
+    assert answers[0].usage.completion_tokens == 10  # was an empty answer: 1e-300 is 0 in float32, the softmax NaN
+    tokens = [[e.token for e in a.choices[0].logprobs.content] for a in answers]
+    assert tokens[0] == tokens[1] and answers[0].choices[0].message.content == answers[1].choices[0].message.content
+    for extra, param in [({"repetition_penalty": 1e-300}, "repetition_penalty"), ({"max_tokens": "4"}, "max_tokens"),
+                         ({"max_tokens": True}, "max_tokens"), ({"n": "2"}, "n"), ({"stream": "true"}, "stream"),
+                         ({"aio_cascade": "yes"}, "aio_cascade"), ({"aio_cascade": 1}, "aio_cascade"),
+                         ({"aio_cascade_threshold": "-0.5"}, "aio_cascade_threshold"),
+                         ({"logit_bias": {"²": 1}}, "logit_bias"), ({"logit_bias": {"³": 1}}, "logit_bias")]:
+        response = httpx.post(server.api_url + "/chat/completions", timeout=30,
+                              json={"model": "small", "messages": HELLO, **extra})
+        assert response.status_code == 400, (extra, response.text)
+        assert response.json()["error"]["param"] == param
+
+
+def test_the_open_server_answers_only_loopback_host_names(server):
+    """DNS rebinding: a page whose name resolves to 127.0.0.1 sends its own name as Host."""
+    port = server.base_url.rsplit(":", 1)[1]
+    rebound = httpx.post(server.api_url + "/chat/completions", headers={"host": f"rebound.example:{port}"},
+                         json={"model": "small", "messages": HELLO, "max_tokens": 1}, timeout=30)
+    assert rebound.status_code == 400 and rebound.json()["error"]["code"] == "host_not_allowed"
+    assert httpx.get(server.base_url + "/health", headers={"host": f"LOCALHOST:{port}"}).status_code == 200
+    assert httpx.get(server.base_url + "/health", headers={"host": f"[::1]:{port}"}).status_code == 200
+
+
 def test_auto_routes_through_the_classifier_and_the_quality_knob(server, client):
     ids, tiers = [], []
     for quality in (0.0, 1.0):

@@ -20,6 +20,7 @@ from aio.routing import Router, RouterWatcher, load_classifier
 from aio.server.auth import Authenticator, is_loopback
 from aio.server.body_limit import BodyLimitMiddleware
 from aio.server.errors import install_error_handlers
+from aio.server.host_check import HostCheckMiddleware, host_check
 from aio.server.no_store import NoStoreMiddleware
 from aio.server.state import AppState
 from aio.server.throttle import FailureLimiter
@@ -176,6 +177,9 @@ def create_app(settings: Settings, bind_host: str = "127.0.0.1", admin_key: str 
                   version="0.1.0", lifespan=lifespan, redirect_slashes=False, **docs)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes,
                        body_timeout_s=settings.body_timeout_s)
+    hosts = host_check(settings.open_endpoint, settings.allowed_hosts)
+    if hosts is not None:  # before the body is read
+        app.add_middleware(HostCheckMiddleware, **hosts)
     app.add_middleware(NoStoreMiddleware)
     install_error_handlers(app)
     for router in (chat.router, models.router, health.router, admin.router, dashboard.api, dashboard.page):
