@@ -165,6 +165,14 @@ def test_a_tiny_temperature_answers_as_greedy_and_wrong_types_are_400s(server, c
         assert response.json()["error"]["param"] == param
 
 
+def test_nul_is_kept_in_the_prompt_and_logged_as_u_fffd_in_text_columns(server, client):
+    """The one rule docs/operations.md states for SQLite and PostgreSQL alike (PostgreSQL text cannot hold NUL)."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="small", messages=[{"role": "user", "content": "a\x00b"}], max_tokens=1, user="u\x00v")
+    row = log_rows(server, [raw.headers["x-request-id"]])[raw.headers["x-request-id"]]
+    assert json.loads(row["prompt"])[0]["content"] == "a\x00b" and row["user"] == "u\ufffdv"
+
+
 def test_the_open_server_answers_only_loopback_host_names(server):
     """DNS rebinding: a page whose name resolves to 127.0.0.1 sends its own name as Host."""
     port = server.base_url.rsplit(":", 1)[1]
