@@ -34,7 +34,7 @@ class ScoredTier(FakeTier):
     logprob: float = -0.1
     remote: bool = False
 
-    async def stream_chat(self, messages, params, request_id, priority=0, options=None):
+    async def stream_chat(self, messages, params, request_id, priority=0, options=None, tenant=None):
         async for chunk in super().stream_chat(messages, params, request_id, priority, options):
             if chunk.num_new_tokens and params.logprobs is not None and not self.remote:
                 chunk.logprobs = [TokenLogprob(7, self.logprob, [])]

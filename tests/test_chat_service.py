@@ -46,7 +46,7 @@ class FakeTier:
         if (options.response_format or {}).get("json_schema", {}).get("schema") == {"type": "nonsense"}:
             raise InvalidRequestError("the schema's type 'nonsense' is not a JSON schema type")
 
-    async def stream_chat(self, messages, params, request_id, priority=0, options=None):
+    async def stream_chat(self, messages, params, request_id, priority=0, options=None, tenant=None):
         self.calls.append((request_id, params))
         self.options.append(options)
         for i, word in enumerate(self.words[:params.max_tokens]):
@@ -280,7 +280,7 @@ def test_a_request_that_fails_by_itself_leaves_its_tier_up_and_tries_no_other():
 
 def test_a_request_that_cannot_start_in_time_is_refused_not_served_late():
     class StuckTier(FakeTier):
-        async def stream_chat(self, messages, params, request_id, priority=0, options=None):
+        async def stream_chat(self, messages, params, request_id, priority=0, options=None, tenant=None):
             await asyncio.sleep(30)
             yield ChatChunk(delta_text="late")
 

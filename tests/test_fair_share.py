@@ -114,6 +114,20 @@ def test_a_request_displaces_only_what_leaves_the_other_tenant_holding_at_least_
         assert names(scheduler.waiting)[0] == "newcomer"
 
 
+def test_a_freed_seat_goes_to_the_tenant_with_fewer_sequences_before_an_earlier_arrival():
+    """One seat: the light request cannot displace the heavy one (it would then hold the whole batch itself), but
+    when the seat frees it goes before the heavy tenant's earlier sequences (both then hold nothing)."""
+    scheduler = Scheduler(BlockManager(64, 16, True), max_num_seqs=1, max_num_batched_tokens=256)
+    heavy = [seq(f"heavy-{i}", 5, "heavy") for i in range(4)]
+    for s in heavy:
+        scheduler.add(s)
+    run_step(scheduler)
+    scheduler.add(seq("light", 5, "light"))
+    assert names(run_step(scheduler).scheduled) == ["heavy-0"]
+    scheduler.finish(heavy[0], "stop")
+    assert names(run_step(scheduler).scheduled) == ["light"]
+
+
 def test_a_running_sequence_short_of_a_block_takes_it_from_the_tenant_over_its_share_not_from_the_latest():
     """FCFS preempted the latest arrival (the light request); fair sharing takes the hog's latest."""
     scheduler = Scheduler(BlockManager(16, 4, True), max_num_seqs=8, max_num_batched_tokens=256)

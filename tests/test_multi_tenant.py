@@ -1,19 +1,21 @@
-"""Per-key limits and fair queuing on a live server with several keys; oversized prompts; slow clients;
-data at rest."""
+"""Per-key limits and fair queuing with several keys; oversized prompts; slow clients; data at rest. On a live
+server, except where a request must stay in flight while the test looks: those run in process with the engine's
+steps gated (tests/inprocess.py), so they never race the engine."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
-import threading
 import time
 
 import httpx
 import pytest
 
+from tests.inprocess import Call, StepGate, chat_app, engine_idle, limited_key, until
 from tests.servers import aio_command, create_key, server_env, start_server
 from tests.test_server_api import HELLO, log_rows
-
-LONG = {"max_tokens": 900, "stream": True, "ignore_eos": True, "temperature": 0}
+from tiers.llm_engine import Engine
+from tiers.pool import LocalTier
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +30,7 @@ def tenants(tmp_path_factory, checkpoint_dir):
         "max_queue = 8\ninput_price_per_million = 1.0\noutput_price_per_million = 2.0\n\n"
         for tier in ("small", "large")))
     keys = {"rpm": create_key(home, database_url, "rpm", "--rpm", "3"),
-            "streams": create_key(home, database_url, "streams", "--max-streams", "1"),
             "tpm": create_key(home, database_url, "tpm", "--tpm", "10"),
-            "heavy": create_key(home, database_url, "heavy"),
             "light": create_key(home, database_url, "light")}
     server = start_server(config, home, database_url, AIO_OPEN_ENDPOINT="false", AIO_MONITOR_MODE="off")
     server.keys, server.home, server.config = keys, home, config
@@ -41,15 +41,6 @@ def tenants(tmp_path_factory, checkpoint_dir):
 def post(server, key: str, **body) -> httpx.Response:
     return httpx.post(server.api_url + "/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=60,
                       json={"model": "small", "messages": HELLO, "max_tokens": 2, **body})
-
-
-def open_stream(client: httpx.Client, server, key: str, **body) -> httpx.Response:
-    request = client.build_request("POST", server.api_url + "/chat/completions",
-                                   headers={"Authorization": f"Bearer {key}"},
-                                   json={"model": "small", "messages": HELLO, **LONG, **body})
-    response = client.send(request, stream=True)
-    assert response.status_code == 200, response.read()
-    return response
 
 
 def test_requests_per_minute_per_key_with_openai_headers_and_a_live_update(tenants):
@@ -75,64 +66,6 @@ def test_tokens_per_minute_per_key(tenants):
     refused = post(tenants, tenants.keys["tpm"])  # the first used more than 10 prompt + completion tokens
     assert refused.status_code == 429 and refused.headers["x-ratelimit-remaining-tokens"] == "0"
     assert "10 tokens per minute" in refused.json()["error"]["message"]
-
-
-def test_concurrent_streams_per_key(tenants):
-    with httpx.Client(timeout=60) as client:
-        stream = open_stream(client, tenants, tenants.keys["streams"])
-        try:
-            second = post(tenants, tenants.keys["streams"])
-            assert second.status_code == 429 and second.headers["retry-after"] == "1"
-            assert post(tenants, tenants.keys["light"]).status_code == 200
-        finally:
-            stream.close()
-    deadline = time.monotonic() + 20
-    while post(tenants, tenants.keys["streams"]).status_code != 200:
-        assert time.monotonic() < deadline, "the finished stream never gave its slot back"
-        time.sleep(0.2)
-
-
-def test_one_key_cannot_fill_a_tier_queue_and_n_counts_against_it(tenants):
-    """small runs one sequence at a time and queues 8: a key may hold half of that, counted in sequences."""
-    stop = threading.Event()
-
-    def heavy_stream() -> None:
-        heavy = {"Authorization": f"Bearer {tenants.keys['heavy']}"}
-        with httpx.Client(timeout=120) as client, client.stream(
-                "POST", tenants.api_url + "/chat/completions", headers=heavy,
-                json={"model": "small", "messages": HELLO, **LONG, "n": 2}) as response:
-            for _ in response.iter_lines():
-                if stop.is_set():
-                    return
-
-    threads = [threading.Thread(target=heavy_stream, daemon=True) for _ in range(2)]  # 4 sequences
-    for thread in threads:
-        thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while waiting(tenants) < 3:  # one runs, three wait
-            assert time.monotonic() < deadline, "the heavy key's sequences never queued"
-            time.sleep(0.05)
-        refused = post(tenants, tenants.keys["heavy"], n=2)
-        assert refused.status_code == 429 and refused.json()["error"]["code"] == "queue_share_exceeded"
-        light = post(tenants, tenants.keys["light"])
-        assert light.status_code == 200
-        # FIFO would have served it after all three waiting heavy sequences; it went before the two of the heavy
-        # key's second request (admitted with 2 sequences in flight: priority 2), which still wait
-        assert waiting(tenants) >= 1
-        too_many = post(tenants, tenants.keys["light"], n=8)  # 1+ waiting + 8 sequences > max_queue 8
-        assert too_many.status_code == 429 and too_many.json()["error"]["code"] == "queue_full"
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(60)
-
-
-def waiting(server, tier: str = "small") -> float:
-    for line in httpx.get(server.base_url + "/metrics").text.splitlines():
-        if line.startswith("vllm:num_requests_waiting{") and f'tier="{tier}"' in line:
-            return float(line.split()[-1])
-    raise AssertionError("no waiting metric")
 
 
 def test_an_oversized_prompt_is_refused_before_tokenizing_and_not_stored_whole(tenants):
@@ -227,3 +160,117 @@ def test_a_generated_admin_key_goes_to_a_private_file_not_to_the_output(tmp_path
     finally:
         server.stop()
     assert key not in server.output() and str(key_file) in server.output()
+
+
+# ---- in process, the engine's steps gated ----------------------------------------------------------------
+
+KEYS = {"streams": limited_key(1, max_streams=1), "heavy": limited_key(2, max_streams=None),
+        "light": limited_key(3, max_streams=None), "hog": limited_key(4, max_streams=None)}
+
+
+def ask(app, key: str, **body) -> Call:
+    return Call(app, {"model": "small", "messages": HELLO, "max_tokens": 2, **body}, {"authorization": f"Bearer {key}"})
+
+
+@pytest.fixture
+def one_seat(checkpoint_dir):
+    """small runs one sequence at a time and queues 8."""
+    engine = Engine.from_pretrained(checkpoint_dir("llama"), max_model_len=256, max_num_seqs=1)
+    gate = StepGate(engine)
+    app, _, log = chat_app([LocalTier("small", engine, "tiny")], KEYS, max_queue=8)
+    yield engine, gate, app, log
+    gate.open()
+    engine.close()
+
+
+def test_concurrent_streams_per_key(one_seat):
+    engine, gate, app, _ = one_seat
+
+    async def main():
+        stream = ask(app, "streams", max_tokens=100, stream=True, ignore_eos=True)
+        gate.allow(1)
+        await stream.wait_for_events(2)  # it streams, and cannot finish: the engine runs no step more
+        second = ask(app, "streams")
+        await second.finished()
+        assert second.status == 429 and second.response_headers["retry-after"] == "1"
+        light = ask(app, "light")  # another key is not limited by this one's
+        stream.disconnect()
+        await stream.finished()
+        gate.open()
+        await light.finished()
+        assert light.status == 200
+        again = ask(app, "streams")  # the ended stream gave its slot back
+        await again.finished()
+        assert again.status == 200
+        await engine_idle(engine)
+
+    asyncio.run(main())
+
+
+def test_one_key_cannot_fill_a_tier_queue_and_n_counts_against_it(one_seat):
+    """A key may hold half of the tier's queue, counted in sequences; and the engine serves a light key's request
+    before every waiting sequence of a heavy key (fair sharing), though they came first."""
+    engine, gate, app, log = one_seat
+
+    async def main():
+        heavy = [ask(app, "heavy", max_tokens=20, n=2, stream=True, ignore_eos=True) for _ in range(2)]
+        await until(lambda: engine.stats().num_waiting == 4)  # handed to the engine, which runs no step yet
+        refused = ask(app, "heavy", n=2)
+        await refused.finished()
+        assert refused.status == 429 and refused.json()["error"]["code"] == "queue_share_exceeded"
+        light = ask(app, "light")
+        await until(lambda: engine.stats().num_waiting == 5)
+        too_many = ask(app, "light", n=8)  # 5 waiting + 8 sequences > max_queue 8
+        await too_many.finished()
+        assert too_many.status == 429 and too_many.json()["error"]["code"] == "queue_full"
+        gate.open()
+        for call in (light, *heavy):
+            await call.finished()
+            assert call.status == 200
+        await engine_idle(engine)
+
+    asyncio.run(main())
+    served = [r for r in log.records if r.status == "ok"]
+    assert [r.key_id for r in served] == [KEYS["light"].id] + [KEYS["heavy"].id] * 2
+
+
+def test_a_key_filling_the_kv_pool_does_not_starve_another_keys_request(checkpoint_dir):
+    """One key streams six long choices that fill small's 24 KV blocks; another key's request, arriving then,
+    is answered while all six still generate (before fair sharing it waited for them: a 503 after 60 s)."""
+    import torch
+
+    from tiers.engine.kv_cache import kv_bytes_per_block
+    from tiers.models.checkpoint import open_checkpoint
+
+    path = checkpoint_dir("llama")
+    block_bytes = kv_bytes_per_block(open_checkpoint(path).config, 16, torch.float32)
+    engine = Engine.from_pretrained(path, max_model_len=256, max_num_seqs=8, kv_cache_bytes=24 * block_bytes)
+    gate = StepGate(engine)
+    app, _, _ = chat_app([LocalTier("small", engine, "tiny")], KEYS)
+
+    async def main():
+        hog = ask(app, "hog", max_tokens=200, n=6, stream=True, ignore_eos=True)
+        while engine.stats().num_free_blocks > 0:
+            gate.allow(1)
+            await gate.ran(gate.steps + 1)
+        waiting = engine.stats().num_waiting
+        light = ask(app, "light", max_tokens=4, ignore_eos=True)
+        await until(lambda: engine.stats().num_waiting == waiting + 1)
+        for _ in range(40):
+            if light.task.done():
+                break
+            gate.allow(1)
+            await gate.ran(gate.steps + 1)
+        await light.finished()
+        assert light.status == 200 and light.json()["usage"]["completion_tokens"] == 4
+        assert not hog.task.done() and engine.stats().num_running > 1
+        hog.disconnect()
+        await hog.finished()
+        gate.open()
+        await engine_idle(engine)
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.open()
+        engine.close()

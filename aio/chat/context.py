@@ -56,8 +56,8 @@ class PreparedChat:
     params: list[SamplingParams]  # one per choice
     options: ChatOptions | None = None  # tools and output format; None: plain text chat
     created: int = field(default_factory=lambda: int(time.time()))
-    priority: int = 0  # engine priority (lower first): raised for a key with many sequences in flight
     queue_slot: tuple[str, int] | None = None  # (tier, key id) whose sequences in flight this request counts in
+    ended: bool = False  # accounted (its row written, its key's slot released): ChatService._finish ran
     cascade: CascadePolicy | None = None  # None: served as routed, never judged
     cascaded: CascadeReplaced | None = None  # set once the cascade replaced an answer (`tier` is then the last one)
     conversation: ConversationKeys | None = None  # where the conversation's tier is remembered (a cascade raises it)

@@ -9,6 +9,7 @@ from typing import AsyncIterator
 from aio.api.errors import APIError, invalid_request
 from aio.chat.context import ChoiceState, GenerationState, PreparedChat
 from aio.chat.openai_shapes import add_tool_call_delta, logprob_entries
+from aio.chat.queue_admission import QUEUE_FULL_RETRY_AFTER_S
 from aio.metrics import Metrics
 from tiers.engine.sampling_params import InvalidRequestError
 from tiers.pool import ChatChunk, TierUnavailableError
@@ -23,7 +24,7 @@ async def generate(chat: PreparedChat, state: GenerationState,
         request_id = chat.ctx.request_id if len(chat.params) == 1 else f"{chat.ctx.request_id}-{index}"
         try:
             async for chunk in chat.tier.stream_chat(chat.messages, chat.params[index], request_id,
-                                                     options=chat.options, priority=chat.priority):
+                                                     options=chat.options, tenant=chat.ctx.key_id):
                 await queue.put((index, chunk))
             await queue.put((index, None))
         except BaseException as exc:  # handed to the consumer, which re-raises it
@@ -96,6 +97,24 @@ def record_failure(state: GenerationState, exc: BaseException) -> None:
     else:
         state.status, state.error = "error", f"{type(exc).__name__}: {exc}"
         state.http_status = 503 if isinstance(exc, TierUnavailableError) else 500
+
+
+def open_failure(chat: PreparedChat, state: GenerationState, exc: BaseException,
+                 queue_timeout_s: float) -> APIError | None:
+    """How a generation that raised `exc` before its first chunk ends: recorded in `state`; returns the client's
+    error (None when cancelled: the client left)."""
+    if isinstance(exc, asyncio.TimeoutError):
+        error = APIError(503, f"tier {chat.tier.name} did not start answering within {queue_timeout_s:g} s; retry "
+                              "later", code="queue_timeout", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
+    elif isinstance(exc, InvalidRequestError):
+        error = invalid_request(str(exc))
+    else:  # the request's own failure (the tier stays up), or the tier's when no other one could take it
+        record_failure(state, exc)
+        error = api_error(exc, chat.ctx.request_id) if isinstance(exc, Exception) else None
+    if error is not None:
+        state.status, state.http_status = "error", error.status_code
+        state.error = state.error or error.message
+    return error
 
 
 def api_error(exc: BaseException, request_id: str) -> APIError:

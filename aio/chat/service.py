@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 from typing import Any, AsyncIterator
 
@@ -13,9 +14,10 @@ from aio.api.schemas import ChatCompletionRequest
 from aio.chat.accounting import Accounting, RequestLog
 from aio.chat.cascade import Cascade, CascadeSettings, cascade_policy
 from aio.chat.context import GenerationState, Opened, PreparedChat, RequestContext
-from aio.chat.generation import api_error, generate, record_failure
+from aio.chat.generation import api_error, generate, open_failure, record_failure
 from aio.chat.messages import normalize_messages
 from aio.chat.openai_shapes import chunk_body, completion_body, sse, stream_events, usage_chunk_body
+from aio.chat.queue_admission import QUEUE_FULL_RETRY_AFTER_S, QueueAdmission
 from aio.chat.request_options import chat_options, reject_unsupported, wants_structure
 from aio.chat.tier_selection import TierSelector
 from aio.metrics import Metrics
@@ -28,10 +30,10 @@ from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.pool import ChatChunk, Tier, TierPool, TierUnavailableError
 from tiers.tools.options import ChatOptions
 
-QUEUE_FULL_RETRY_AFTER_S = 1.0
+logger = logging.getLogger(__name__)
+
 MAX_CHARS_PER_TOKEN = 32  # no tokenizer's token is longer: more characters than this per context token cannot fit
 CLASSIFIER_MAX_CHARS = 32_768  # the classifier reads at most this much of a prompt (its features cut earlier)
-MAX_LIVE_PRIORITY = 9  # quality-monitor replays run at 10, behind all live traffic
 
 
 class ChatService:
@@ -56,8 +58,8 @@ class ChatService:
         self.accounting = Accounting(router, prices, prices[pool.tiers[-1].name], log, metrics, log_prompts,
                                      pool.tiers[-1].name)
         self.cascade = Cascade(self.tiers, self.accounting, metrics, self.context_routing, self.max_queue)
+        self.queue = QueueAdmission(self.max_queue)
         self._in_flight = 0  # opened and not finished
-        self._key_sequences: dict[tuple[str, int], int] = {}  # (tier, key id) -> sequences opened, not finished
 
     @property
     def prices(self) -> dict[str, Prices]:
@@ -83,12 +85,22 @@ class ChatService:
     # ---- routing ------------------------------------------------------------------------------------------
 
     async def prepare(self, body: ChatCompletionRequest, ctx: RequestContext) -> PreparedChat:
-        """Validates and routes; raises APIError (and logs the rejection) when the request cannot be served."""
+        """Validates and routes; raises APIError (and logs the rejection) when the request cannot be served, also
+        when preparing it failed with an internal error (a 500, logged with its traceback)."""
         try:
             return await self._prepare(body, ctx)
         except APIError as exc:
             self.accounting.rejected(body, ctx, exc)
             raise
+        except asyncio.CancelledError:  # the client left before its request was routed
+            self.accounting.rejected(body, ctx, APIError(499, "the client closed the connection", code="client_closed"))
+            raise
+        except Exception as exc:
+            logger.exception("request %s could not be prepared", ctx.request_id)
+            error = APIError(500, "the request failed with an internal error before generation; the server's log "
+                                  f"has the details under request id {ctx.request_id}", code="internal_error")
+            self.accounting.rejected(body, ctx, error)
+            raise error from exc
 
     async def _prepare(self, body: ChatCompletionRequest, ctx: RequestContext) -> PreparedChat:
         reject_unsupported(body)
@@ -110,32 +122,14 @@ class ChatService:
         selection = await self.tiers.select(decision, messages, max_tokens, options)
         tier = selection.tier
         self.context_routing.served(conversation, tier.name)
-        priority = self._admit_to_queue(tier, ctx.key_id, body.n or 1)
+        self.queue.admit(tier, ctx.key_id, body.n or 1)
         if options is not None:
             await _check_options(tier, options)
         max_tokens = max_tokens or tier.max_model_len - selection.num_prompt_tokens
         cascade = cascade if tier is not self.pool.tiers[-1] else None  # nothing larger to escalate to
         params = [sampling_params(body, max_tokens, i, cascade is not None) for i in range(body.n or 1)]
         return PreparedChat(ctx, body, messages, tier, selection.decision, body.aio_quality,
-                            selection.num_prompt_tokens, params, options, priority=priority, cascade=cascade,
-                            conversation=conversation)
-
-    def _admit_to_queue(self, tier: Tier, key_id: int | None, num_sequences: int) -> int:
-        """Fair queuing: each of the `n` sequences counts against the tier's max_queue, one key may hold at most
-        half of it, and a key's engine priority drops as its sequences in flight grow (others go first).
-        Returns the engine priority; raises 429 when there is no room."""
-        max_queue = self.max_queue.get(tier.name, 256)
-        if tier.load().num_waiting + num_sequences > max_queue:
-            raise APIError(429, f"tier {tier.name} has too many queued requests; retry later", code="queue_full",
-                           retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
-        if key_id is None:
-            return 0
-        held = self._key_sequences.get((tier.name, key_id), 0)
-        if held and held + num_sequences > max(1, max_queue // 2):
-            raise APIError(429, f"this API key has {held} sequences in flight on tier {tier.name}, its fair share "
-                                "of the queue; retry when some finish", code="queue_share_exceeded",
-                           retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
-        return min(MAX_LIVE_PRIORITY, held)  # each sequence the key has in flight puts it one step behind
+                            selection.num_prompt_tokens, params, options, cascade=cascade, conversation=conversation)
 
     def _refuse_oversized(self, messages: list[dict[str, str]]) -> None:
         """A prompt no tier could hold is refused before anything tokenizes its megabytes."""
@@ -176,45 +170,45 @@ class ChatService:
         server unreachable, its engine broken) is marked down and the request falls back to the next larger tier
         that is up; a failure of the request's own is its error alone (the tier stays up). Past
         `queue_timeout_s` without a first chunk the request is refused (503), not served late. Raises APIError
-        (the request is logged)."""
+        (the request is logged); cancelled (the client left), it is logged cancelled and the cancellation goes on."""
         self._in_flight += 1
-        self._hold_sequences(chat, +1)
+        self.queue.hold(chat)
         self.accounting.begun(chat)
-        while True:
-            state = GenerationState.for_chat(chat)
-            chunks = generate(chat, state, self.metrics)
-            try:
-                first = await asyncio.wait_for(anext(chunks), self.queue_timeout_s)
-                return Opened(chat, state, chunks, first)
-            except StopAsyncIteration:
-                return Opened(chat, state, None, None)
-            except asyncio.TimeoutError:
-                error = APIError(503, f"tier {chat.tier.name} did not start answering within "
-                                      f"{self.queue_timeout_s:g} s; retry later", code="queue_timeout",
-                                 retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
-            except InvalidRequestError as exc:
-                error = invalid_request(str(exc))
-            except TierUnavailableError as exc:  # the tier failed before answering: mark it down, try a larger one
-                self.tiers.mark_down(chat.tier.name, exc)
-                fallback = await self.tiers.fall_back(chat.tier, chat.decision, chat.messages, chat.max_tokens,
-                                                      chat.options)
-                if fallback is not None:
-                    chat.tier, chat.num_prompt_tokens, chat.decision = (fallback.tier, fallback.num_prompt_tokens,
-                                                                        fallback.decision)
+        state, chunks = GenerationState.for_chat(chat), None
+        try:
+            while True:
+                state = GenerationState.for_chat(chat)
+                chunks = generate(chat, state, self.metrics)
+                try:
+                    first = await asyncio.wait_for(anext(chunks), self.queue_timeout_s)
+                except StopAsyncIteration:
+                    return Opened(chat, state, None, None)
+                except TierUnavailableError as exc:  # the tier failed before answering: mark it down, try a larger one
+                    await chunks.aclose()
+                    if not await self._fall_back(chat, exc):
+                        raise
                     continue
-                record_failure(state, exc)
-                error = api_error(exc, chat.ctx.request_id)
-            except Exception as exc:  # this request's own failure: the tier stays up, no other tier is tried
-                record_failure(state, exc)
-                error = api_error(exc, chat.ctx.request_id)
-            await chunks.aclose()
-            state.status, state.http_status = "error", error.status_code
-            state.error = state.error or error.message
+                return Opened(chat, state, chunks, first)
+        except BaseException as exc:
+            if chunks is not None:
+                await chunks.aclose()
+            error = open_failure(chat, state, exc, self.queue_timeout_s)
             self._finish(chat, state)
-            raise error
+            if error is None:
+                raise
+            raise error from exc
+
+    async def _fall_back(self, chat: PreparedChat, exc: TierUnavailableError) -> bool:
+        self.tiers.mark_down(chat.tier.name, exc)
+        fallback = await self.tiers.fall_back(chat.tier, chat.decision, chat.messages, chat.max_tokens, chat.options)
+        if fallback is not None:
+            chat.tier, chat.num_prompt_tokens, chat.decision = (fallback.tier, fallback.num_prompt_tokens,
+                                                                fallback.decision)
+        return fallback is not None
 
     async def complete(self, chat: PreparedChat) -> dict[str, Any]:
-        """The whole answer; a request that cascades is judged and may be answered again by larger tiers first."""
+        """The whole answer; a request that cascades is judged and may be answered again by larger tiers first.
+        Cancelled (the client left), its generation is aborted and it is logged cancelled."""
         opened = await self.open(chat)
         chat, state = opened.chat, opened.state
         try:
@@ -226,8 +220,12 @@ class ChatService:
                 state = answer
         except BaseException as exc:
             record_failure(state, exc)
+            if not isinstance(exc, Exception):
+                raise
             raise api_error(exc, chat.ctx.request_id) from exc
         finally:
+            if opened.chunks is not None:
+                await opened.chunks.aclose()
             self._finish(chat, state)
         return completion_body(chat, state, self.accounting.costs(chat, state))
 
@@ -257,23 +255,26 @@ class ChatService:
                 await opened.chunks.aclose()
             self._finish(chat, state)
 
-    def _finish(self, chat: PreparedChat, state: GenerationState) -> None:
-        self._in_flight -= 1
-        self._hold_sequences(chat, -1)
-        self.accounting.finished(chat, state)
-
-    def _hold_sequences(self, chat: PreparedChat, sign: int) -> None:
-        """Counts the key's sequences in flight on the tier it was admitted to (kept through a fallback)."""
-        if chat.ctx.key_id is None:
+    async def close_stream(self, opened: Opened) -> None:
+        """Ends a streamed request however its response ended: one whose events were never read (the client left
+        before the first byte) is aborted and logged cancelled. Does nothing once the request is accounted."""
+        if opened.chat.ended:
             return
-        if sign > 0:
-            chat.queue_slot = (chat.tier.name, chat.ctx.key_id)
-        slot = chat.queue_slot
-        held = self._key_sequences.get(slot, 0) + sign * len(chat.params)
-        if held > 0:
-            self._key_sequences[slot] = held
-        else:
-            self._key_sequences.pop(slot, None)
+        opened.state.status, opened.state.http_status = "cancelled", 499
+        try:
+            if opened.chunks is not None:
+                await opened.chunks.aclose()
+        finally:
+            self._finish(opened.chat, opened.state)
+
+    def _finish(self, chat: PreparedChat, state: GenerationState) -> None:
+        """Accounts the request once: its row, metrics and the key's slot (through the accounting)."""
+        if chat.ended:
+            return
+        chat.ended = True
+        self._in_flight -= 1
+        self.queue.release(chat)
+        self.accounting.finished(chat, state)
 
 
 async def _chunks(opened: Opened) -> AsyncIterator[tuple[int, ChatChunk]]:

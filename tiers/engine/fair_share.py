@@ -6,8 +6,8 @@ blocks. Its dominant share is the larger of the two fractions (Dominant Resource
 1 / the number of tenants with sequences waiting or running: a tenant that has finished stops counting, so the
 shares move only as tenants come and go.
 
-- Waiting sequences of one priority are admitted in the order of their tenants' dominant shares (then arrival):
-  the tenant holding least goes first.
+- Waiting sequences of one priority are admitted in the order of their tenants' dominant shares, then of their
+  tenants' sequences in the engine (waiting or running), then of arrival: the tenant holding least goes first.
 - A waiting sequence whose tenant holds less than its fair share, and that finds no seat or no blocks, displaces
   the latest running sequences of the tenant most above its share (same or lower priority; recomputed later, as a
   preemption), but only as many as it needs and only if, afterwards, that tenant still holds at least as much as
@@ -23,8 +23,9 @@ are never displaced for fairness and never displace anyone (without tenants the 
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
-from typing import Hashable, Iterable
+from typing import Hashable, Iterable, Sequence as Seq
 
 from tiers.engine.sequence import Sequence
 
@@ -40,8 +41,7 @@ class Holding:
 class FairShare:
     """Who holds what at one moment of a step: a snapshot taken each time the scheduler must choose."""
 
-    def __init__(self, running: Iterable[Sequence], waiting: Iterable[Sequence], max_num_seqs: int,
-                 num_blocks: int) -> None:
+    def __init__(self, running: Seq[Sequence], waiting: Seq[Sequence], max_num_seqs: int, num_blocks: int) -> None:
         self.max_num_seqs, self.num_blocks = max_num_seqs, num_blocks
         self.held: dict[Tenant, Holding] = {}
         for seq in running:
@@ -49,8 +49,12 @@ class FairShare:
                 holding = self.held.setdefault(seq.tenant, Holding())
                 holding.seats += 1
                 holding.blocks += len(seq.blocks)
-        active = set(self.held) | {seq.tenant for seq in waiting if seq.tenant is not None}
-        self.share = 1 / len(active) if active else 1.0
+        self.num_seqs = Counter(seq.tenant for seq in (*running, *waiting) if seq.tenant is not None)
+        self.share = 1 / len(self.num_seqs) if self.num_seqs else 1.0
+
+    def admission_rank(self, seq: Sequence) -> tuple[float, int]:
+        """Lower is admitted first (within a priority, before arrival order)."""
+        return self.dominant(seq.tenant), self.num_seqs.get(seq.tenant, 0)
 
     def dominant(self, tenant: Tenant | None, extra: Holding | None = None) -> float:
         """The tenant's dominant share, with `extra` added to its holding (0 for no tenant)."""

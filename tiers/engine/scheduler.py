@@ -81,11 +81,11 @@ class Scheduler:
         """Candidates in priority order, running before waiting within a priority: a waiting sequence that
         outranks running ones is served before them, and takes blocks or a seat from the lowest-priority running
         ones if it must; within one priority, running sequences go first in arrival order, and waiting ones in the
-        order of their tenants' holdings, then of arrival."""
+        order of their tenants' holdings (FairShare.admission_rank), then of arrival."""
         out = SchedulerOutput()
         fair = self._fair_share() if self.waiting else None
-        order = sorted([(s.priority, 0, 0.0, s.arrival_index, s) for s in self.running] +
-                       [(s.priority, 1, fair.dominant(s.tenant), s.arrival_index, s) for s in self.waiting],
+        order = sorted([(s.priority, 0, (0.0, 0), s.arrival_index, s) for s in self.running] +
+                       [(s.priority, 1, fair.admission_rank(s), s.arrival_index, s) for s in self.waiting],
                        key=lambda c: c[:4])
         admitting = True  # stops once a waiting sequence cannot be admitted (FCFS) or a running one was preempted
         for _, is_waiting, _, _, seq in order:

@@ -1,23 +1,29 @@
 """POST /v1/chat/completions."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Header
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import APIRouter, Header, Request, Response
+from fastapi.responses import JSONResponse
 
 from aio.api.errors import APIError
 from aio.api.schemas import ChatCompletionRequest
 from aio.chat.context import RequestContext
 from aio.server.deps import ApiKey, State
+from aio.server.disconnects import EventStream, unless_disconnected
 from aio.server.errors import error_response
-from aio.server.key_limits import KeyLimitExceeded
+from aio.server.key_limits import Admission, KeyLimitExceeded
 from aio.server.json_text import TextCheckedRoute
+from aio.server.state import AppState
 
 router = APIRouter(route_class=TextCheckedRoute)
 
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before its answer (nobody receives it)
+
 
 @router.post("/v1/chat/completions")
-async def create_chat_completion(body: ChatCompletionRequest, state: State, key: ApiKey,
+async def create_chat_completion(body: ChatCompletionRequest, request: Request, state: State, key: ApiKey,
                                  x_aio_session: str | None = Header(None, min_length=1, max_length=256)):
+    """A client that disconnects before its answer cancels the request (aborted in the engine, logged cancelled).
+    The key's slot in flight is released however the request ends."""
     ctx = RequestContext(key_id=key.id if key is not None else None, session=x_aio_session)
     headers = {"x-request-id": ctx.request_id}
     try:
@@ -27,20 +33,39 @@ async def create_chat_completion(body: ChatCompletionRequest, state: State, key:
         return error_response(exc, {**headers, **exc.rate_headers})
     ctx.on_done = admission.finish
     headers.update(admission.headers)
+    response: Response | None = None
     try:
-        chat = await state.service.prepare(body, ctx)
+        answered, response = await unless_disconnected(request, _answer(body, ctx, state, headers, admission))
+        return response if answered else Response(status_code=CLIENT_CLOSED_REQUEST)
+    finally:
+        if not isinstance(response, EventStream):  # a stream releases it when it ends
+            admission.finish(0)  # idempotent: the request's accounting released it with its tokens
+
+
+async def _answer(body: ChatCompletionRequest, ctx: RequestContext, state: AppState, headers: dict[str, str],
+                  admission: Admission) -> Response:
+    service = state.service
+    try:
+        chat = await service.prepare(body, ctx)
     except APIError as exc:
         return error_response(exc, headers)
     if body.stream:
         try:
-            opened = await state.service.open(chat)  # refused or failed before the first token: a plain error
+            opened = await service.open(chat)  # refused or failed before the first token: a plain error
         except APIError as exc:
             return error_response(exc, headers)
+
+        async def on_close() -> None:
+            try:
+                await service.close_stream(opened)
+            finally:
+                admission.finish(0)
+
         # Headers go out before the answer exists: the cost comes in the usage chunk's `aio` object.
-        return StreamingResponse(state.service.stream(opened), media_type="text/event-stream",
-                                 headers={**headers, **_tier_headers(opened.chat), "cache-control": "no-cache"})
+        return EventStream(service.stream(opened), on_close,
+                           {**headers, **_tier_headers(opened.chat), "cache-control": "no-cache"})
     try:
-        result = await state.service.complete(chat)
+        result = await service.complete(chat)
     except APIError as exc:
         return error_response(exc, headers)
     headers.update(_tier_headers(chat))
