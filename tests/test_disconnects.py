@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tests.inprocess import Call, StepGate, chat_app, engine_idle, limited_key
+from tests.inprocess import Call, StepGate, chat_app, engine_idle, limited_key, until
 from tests.test_chat_service import FakeTier
 from tiers.llm_engine import Engine
 from tiers.pool import ChatChunk, LocalTier
@@ -129,6 +129,40 @@ def test_a_stream_whose_connection_breaks_is_aborted_and_logged_cancelled(gated)
     asyncio.run(main())
     row = log.records[0]
     assert row.status == "cancelled" and row.http_status == 499 and row.completion_tokens == 1
+
+
+def test_a_full_queue_gets_429_and_a_dropped_stream_lets_the_queued_request_run(checkpoint_dir):
+    """One sequence at a time and a queue of one: a third request is refused with Retry-After; the first
+    client leaving frees the engine for the queued one."""
+    engine = Engine.from_pretrained(checkpoint_dir("llama"), max_model_len=256, max_num_seqs=1)
+    gate = StepGate(engine)
+    app, _, log = chat_app([LocalTier("small", engine, "tiny")], max_queue=1)
+
+    async def main():
+        first = Call(app, {"model": "small", "messages": HELLO, "max_tokens": 200, "stream": True,
+                           "ignore_eos": True})
+        gate.allow(1)
+        await first.wait_for_events(2)
+        second = Call(app, {"model": "small", "messages": HELLO, "max_tokens": 2})
+        await until(lambda: engine.stats().num_waiting == 1)
+        third = Call(app, {"model": "small", "messages": HELLO, "max_tokens": 2})
+        await third.finished()
+        assert third.status == 429 and third.json()["error"]["code"] == "queue_full"
+        assert int(third.response_headers["retry-after"]) >= 1
+        first.disconnect()
+        await first.finished()
+        gate.open()
+        await second.finished()
+        assert second.status == 200
+        await engine_idle(engine)
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.open()
+        engine.close()
+    rows = {r.http_status: r for r in log.records}
+    assert rows[499].status == "cancelled" and rows[499].completion_tokens == 1 and rows[200].status == "ok"
 
 
 def test_a_client_that_disconnects_while_its_request_is_routed_is_logged():

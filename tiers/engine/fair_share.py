@@ -2,9 +2,9 @@
 
 A tenant is an opaque id a caller attaches to its sequences (an API key's id); the engine never interprets it.
 Its holding is what its running sequences hold of the engine's two resources: seats (of `max_num_seqs`) and KV
-blocks. Its dominant share is the larger of the two fractions (Dominant Resource Fairness), and its fair share is
-1 / the number of tenants with sequences waiting or running: a tenant that has finished stops counting, so the
-shares move only as tenants come and go.
+blocks (a prefix block its sequences share counts for each). Its dominant share is the larger of the two
+fractions (Dominant Resource Fairness), and its fair share is 1 / the number of tenants with sequences waiting or
+running: a tenant that has finished stops counting, so the shares move only as tenants come and go.
 
 - Waiting sequences of one priority are admitted in the order of their tenants' dominant shares, then of their
   tenants' sequences in the engine (waiting or running), then of arrival: the tenant holding least goes first.
