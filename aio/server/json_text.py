@@ -10,7 +10,9 @@ Off the loop: a body of `max_body_bytes` (4 MB) takes the JSON parser, the surro
 of CPU (a million tiny values); done on the event loop, every other request and `/health` would wait that long. A
 body larger than `INLINE_BYTES` is parsed and validated in a worker thread instead, against the route's own body
 field (FastAPI then takes the validated model as it is). A body that fails validation keeps FastAPI's order: the
-route's dependencies (the API key) run first, then its errors are reported.
+route's dependencies (the API key) run first, then its errors are reported. The thread does not free the loop from
+a long C call (json.loads holds the GIL throughout), so a body of more than MAX_JSON_TOKENS is refused before it is
+parsed, by a count the loop can interleave with (benchmarks/body_stall.py measures what is left).
 """
 from __future__ import annotations
 
