@@ -173,6 +173,7 @@ def demo(prompt: str = typer.Option("Explain why the sky is blue.", metavar="TEX
 
 
 def _register_subcommands() -> None:
+    from aio.commands.calibrate import calibrate
     from aio.commands.classifier import classifier_app, router_app
     from aio.commands.db import db_app
     from aio.commands.keys import keys_app
@@ -188,6 +189,7 @@ def _register_subcommands() -> None:
     app.add_typer(router_app, name="router", help="routing thresholds")
     app.add_typer(report_app, name="report", help="reports from the SQL log (cost)")
     app.command("retrain")(retrain)
+    app.command("calibrate")(calibrate)
     app.command("monitor")(monitor)
 
 

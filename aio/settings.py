@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from aio.routing_default import default_quality
+from aio.routing_default import DEFAULT_TARGET, default_quality
 from tiers.engine.config import EngineConfig
 
 TIER_ORDER = ("small", "medium", "large")  # cheapest first; index = the classifier's label
@@ -122,6 +122,19 @@ class Settings(BaseSettings):
     # 0 = cheapest, 1 = best; per request: `aio_quality` in the body. Default: calibrated on the seed data so that
     # about 20% of mixed traffic goes to the large tier (aio/routing_default.py, docs/routing.md)
     quality: float = Field(default_factory=default_quality, ge=0, le=1)
+    # the quality target (docs/routing.md, "Quality as a target"): keep at least this share of always-largest's
+    # accuracy, as estimated from the tiers' measured outcomes, at the least estimated cost. In force once the tiers
+    # are measured (`aio calibrate`, or `aio serve` in the background); a `quality` set in the settings, by
+    # `aio router calibrate` or per request (`aio_quality`) overrides it.
+    quality_target: float = Field(DEFAULT_TARGET, gt=0, le=1)
+    # probing the tiers: `aio serve` measures the tiers whose model was never measured in the background
+    # (probe_on_start), within probe_budget_s for all tiers together; remote tiers only with probe_remote (they
+    # cost money), at most probe_max_remote_tasks each
+    probe_on_start: bool = True
+    probe_budget_s: float = Field(540.0, gt=0)
+    probe_concurrency: int = Field(4, ge=1, le=64)
+    probe_remote: bool = False
+    probe_max_remote_tasks: int = Field(40, ge=0)
     # the smallest tier routed requests with tools or a JSON response_format may go to (None: any tier)
     structured_min_tier: Literal["small", "medium", "large"] | None = None
     # the confidence cascade (docs/routing.md#the-confidence-cascade): a routed, non-streamed plain-text answer whose

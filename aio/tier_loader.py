@@ -110,3 +110,13 @@ def build_pool(tiers: dict[str, TierSettings], is_demo: bool = False) -> TierPoo
                 tier.engine.close()
         raise
     return TierPool(built)
+
+
+def configured_tiers(settings) -> tuple[dict[str, TierSettings], object | None]:
+    """The configured tiers, or the embedded demo tiers and what they are (aio.demo.EmbeddedDefault)."""
+    if settings.tiers:
+        return dict(settings.tiers), None
+    from aio.demo import embedded_default
+
+    demo = embedded_default(settings.home, settings.demo_model)
+    return demo.tiers, demo

@@ -255,3 +255,59 @@ class DashboardSession(Base):
     expires_at: Mapped[datetime] = mapped_column(index=True)
     revoked_at: Mapped[datetime | None]
     client: Mapped[str | None] = mapped_column(sa.String)  # the address it signed in from (for the operator)
+
+
+class ProbeRun(Base):
+    """One tier model's measurement by the built-in probe set (`aio calibrate`): keyed by the tier's fingerprint
+    (model file hash plus the settings that change answers), so a changed model is measured again."""
+    __tablename__ = "probe_runs"
+
+    fingerprint: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    tier: Mapped[str] = mapped_column(sa.String)
+    model: Mapped[str] = mapped_column(sa.String)
+    probe_set: Mapped[str] = mapped_column(sa.String)  # the probe set's version
+    planned: Mapped[int]  # tasks this tier is to answer (fewer for a slow or remote tier)
+    status: Mapped[str] = mapped_column(sa.String)  # running | measured | failed
+    source: Mapped[str] = mapped_column(sa.String)  # probe (measured here) | shipped (a demo's measurement)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+    note: Mapped[str | None] = mapped_column(sa.Text)
+
+
+class ProbeResult(Base):
+    """A tier's answer to one probe task, scored against the task's computed truth: a labelled row (source `probe`)
+    that routing learns from, beside the quality monitor's verdicts."""
+    __tablename__ = "probe_results"
+    __table_args__ = (sa.UniqueConstraint("fingerprint", "task_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    fingerprint: Mapped[str] = mapped_column(sa.String, index=True)
+    tier: Mapped[str] = mapped_column(sa.String)
+    task_id: Mapped[str] = mapped_column(sa.String)
+    category: Mapped[str] = mapped_column(sa.String)
+    difficulty: Mapped[int]
+    prompt: Mapped[str] = mapped_column(sa.Text)
+    answer: Mapped[str | None] = mapped_column(sa.Text)
+    correct: Mapped[bool]
+    finish_reason: Mapped[str | None] = mapped_column(sa.String)
+    prompt_tokens: Mapped[int]
+    completion_tokens: Mapped[int]
+    cost_usd: Mapped[float]
+    latency_ms: Mapped[float | None]
+    token_logprobs: Mapped[list[float] | None]  # the chosen tokens' logprobs (the model's raw distribution)
+    token_margins: Mapped[list[float] | None]  # per token: the best alternative's logprob below the chosen one's
+
+
+class RoutingFit(Base):
+    """Routing fitted to the tiers' outcomes (probe results and verdicts): per-tier calibration of the classifier's
+    scores, the thresholds for the quality target and the answer scorer, as JSON. At most one is active."""
+    __tablename__ = "routing_fits"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    classifier_version: Mapped[str] = mapped_column(sa.String)  # the scores it calibrates
+    fingerprints: Mapped[dict[str, Any]]  # tier -> the fingerprint its outcomes came from
+    fit: Mapped[dict[str, Any]]
+    active: Mapped[bool] = mapped_column(default=False)
+    note: Mapped[str | None] = mapped_column(sa.Text)
