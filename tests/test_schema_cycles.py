@@ -1,6 +1,8 @@
-"""Recursive JSON schemas: one with no finite instance is refused naming its $ref cycle; recursion with a way out
-is kept, and the grammar library generates valid, finite values for it. A hypothesis check holds the analysis to
-its promise: it never refuses a schema that has an instance (the instance is built alongside the schema)."""
+"""Recursive JSON schemas: one with no finite instance is refused naming its $ref cycle, however its references
+are written (`$id` URLs, relative `$id`s, anchors, percent-encoded or escaped pointers, `definitions`, a required
+name that a patternProperties regex matches); recursion with a way out is kept, and the grammar library generates
+valid, finite values for it. A hypothesis check holds the analysis to its promise: it never refuses a schema that
+has an instance (the instance is built alongside the schema)."""
 import json
 import re
 
@@ -35,6 +37,50 @@ def test_a_cycle_without_a_way_out_is_found(schema, cycle):
     assert empty_ref_cycle(schema) == cycle
 
 
+ID_CYCLE = {"$id": "https://x.test/s", "type": "object", "properties": {"a": {"$ref": "https://x.test/s"}},
+            "required": ["a"]}
+ENCODED_CYCLE = {"type": "object", "properties": {"a": {"$ref": "#/$defs/A%20B"}}, "required": ["a"],
+                 "$defs": {"A B": {"$ref": "#"}}}
+PATTERN_CYCLE = {"type": "object", "patternProperties": {"^a$": {"$ref": "#"}}, "required": ["a"]}
+
+
+@pytest.mark.parametrize("schema, cycle", [
+    (ID_CYCLE, ["https://x.test/s", "https://x.test/s"]),
+    (ENCODED_CYCLE, ["#", "#/$defs/A%20B", "#"]),
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/a~1b~0c"}}, "required": ["a"],
+      "$defs": {"a/b~c": {"$ref": "#"}}}, ["#", "#/$defs/a~1b~0c", "#"]),
+    ({"$defs": {"N": {"$anchor": "node", "type": "object", "properties": {"next": {"$ref": "#node"}},
+                      "required": ["next"]}}, "$ref": "#node"}, ["#node", "#node"]),
+    ({"definitions": {"A": {"type": "array", "minItems": 2, "items": {"$ref": "#/definitions/A"}}},
+      "$ref": "#/definitions/A"}, ["#/definitions/A", "#/definitions/A"]),
+    ({"$id": "https://x.test/root", "$defs": {"A": {"$id": "a.json", "type": "object",
+                                                    "properties": {"b": {"$ref": "a.json"}}, "required": ["b"]}},
+      "$ref": "a.json"}, ["a.json", "a.json"]),
+    # "#" inside an embedded resource is that resource, not the document's root
+    ({"type": "array", "minItems": 1, "items": {"$id": "https://x.test/t", "type": "object",
+                                                "properties": {"n": {"$ref": "#"}}, "required": ["n"]}},
+     ["#", "#"]),
+    (PATTERN_CYCLE, ["#", "#"]),
+    ({"type": "object", "properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": {"$ref": "#"}},
+      "required": ["ab"]}, ["#", "#"]),  # a named property must match the patterns that match its name too
+])
+def test_a_cycle_through_any_kind_of_reference_is_found(schema, cycle):
+    assert empty_ref_cycle(schema) == cycle
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "patternProperties": {"^b$": {"$ref": "#"}}, "required": ["a"]},  # no pattern matches "a"
+    {"type": "object", "patternProperties": {"[": {"$ref": "#"}}, "required": ["a"]},  # a regex no one reads
+    {"type": "object", "patternProperties": {"^\u00e9$": {"$ref": "#"}}, "required": ["\u00e9"]},  # not ASCII
+    # catastrophic backtracking: the check's matching budget runs out, the answer is "unsure"
+    {"type": "object", "patternProperties": {"^(a+)+$": {"$ref": "#"}}, "required": ["a" * 40 + "!"]},
+    {"$id": "https://x.test/s", "type": "object", "properties": {"a": {"$ref": "https://x.test/other"}},
+     "required": ["a"]},  # unresolvable: the grammar library refuses it, not this check
+])
+def test_what_the_check_cannot_be_sure_of_is_kept(schema):
+    assert empty_ref_cycle(schema) is None
+
+
 @pytest.mark.parametrize("schema", [
     TREE,
     {"type": "object", "properties": {"a": {"$ref": "#"}}},  # optional
@@ -51,10 +97,9 @@ def test_recursion_with_a_way_out_is_kept(schema):
 def test_a_schema_nested_too_deeply_is_refused():
     schema: dict = {"type": "string"}
     for _ in range(MAX_DEPTH + 2):
-        schema = {"type": "object", "properties": {"a": schema}, "$defs": {}}
-    schema["$ref"] = "#"
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
     with pytest.raises(SchemaTooDeepError):
-        empty_ref_cycle(schema)
+        empty_ref_cycle({"$defs": {"A": schema}, "$ref": "#/$defs/A"})
 
 
 @st.composite
@@ -78,7 +123,12 @@ def schema_with_instance(draw, depth=0):
         properties[name], instance[name] = draw(schema_with_instance(depth + 1))
         required.append(name)
     properties["self"] = {"$ref": "#"}  # optional: a way out
-    return {"type": "object", "properties": properties, "required": required}, instance
+    schema = {"type": "object", "properties": properties, "required": required}
+    if draw(st.booleans()):  # a required name that only a pattern gives a schema
+        pattern_schema, instance["p1"] = draw(schema_with_instance(depth + 1))
+        schema["patternProperties"] = {"^p[0-9]$": pattern_schema}
+        required.append("p1")
+    return schema, instance
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -94,7 +144,9 @@ def engine(llama_path):
     return Engine.from_pretrained(llama_path, max_model_len=256)
 
 
-@pytest.mark.parametrize("schema, named", [(SELF_REQUIRED, "# -> #"), (DEFS_CYCLE, "#/$defs/A -> #/$defs/B")])
+@pytest.mark.parametrize("schema, named", [(SELF_REQUIRED, "# -> #"), (DEFS_CYCLE, "#/$defs/A -> #/$defs/B"),
+                                           (ID_CYCLE, "https://x.test/s -> https://x.test/s"),
+                                           (ENCODED_CYCLE, "# -> #/$defs/A%20B -> #"), (PATTERN_CYCLE, "# -> #")])
 def test_the_engine_refuses_an_endless_schema_naming_its_cycle(engine, schema, named):
     params = StructuredOutputParams(json_schema=schema)
     with pytest.raises(InvalidRequestError, match=f"no finite instance.*{re.escape(named)}"):

@@ -5,145 +5,185 @@ itself: every value must go one level deeper, so no output can ever end. A gramm
 up mid-generation. Recursion with a way out (an optional property, an `anyOf` branch without the `$ref`, an
 array that may be empty) is fine and left to the grammar.
 
-The check is the least fixed point of "this schema has a finite instance" over the `$ref` targets: every target
-starts as empty, and one becomes inhabited once its schema is satisfiable given the targets found inhabited so far.
-Targets still empty at the end, and reached from the root, form the cycle the error names. Keywords the check does
-not model count as satisfiable, so it never refuses a schema that has an instance.
+The check is the least fixed point of "this schema has a finite instance" over the `$ref` targets, resolved as
+the grammar library resolves them (schema_refs: `$id`s, anchors, encoded pointers): every target starts as
+empty, and one becomes inhabited once its schema is satisfiable given the targets found inhabited so far.
+Targets still empty at the end, and reached from the root, form the cycle the error names. A required property's
+value must satisfy its `properties` schema and every `patternProperties` schema whose pattern matches its name
+(`additionalProperties` when none applies). Keywords the check does not model count as satisfiable, and so does a
+pattern it cannot read for sure (one Python cannot compile, or a name outside printable ASCII, where regex
+dialects differ), so it never refuses a schema that has an instance.
 """
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Any
 
-MAX_DEPTH = 128  # nesting of schema objects the check walks; a deeper schema is refused
+import regex
 
-JsonSchema = dict[str, Any] | bool
+from tiers.engine.schema_refs import DEFINITIONS, JsonSchema, SchemaGraph, schema_graph, subschemas
+
+MAX_DEPTH = 128  # inline nesting of schema objects the check walks; a deeper schema is refused
+MATCH_BUDGET_S = 0.2  # regex matching time for one check (catastrophic backtracking stops there); then "unsure"
+MAX_MATCHES = 10_000  # (pattern, name) pairs one check matches; the rest are unsure
 
 
 class SchemaTooDeepError(ValueError):
     pass
 
 
-def empty_ref_cycle(root: JsonSchema) -> list[str] | None:
-    """The `$ref` cycle (a list of references, the first one repeated at the end) that leaves `root` without any
-    finite instance, or None when the root has one (or has no local `$ref`). SchemaTooDeepError past MAX_DEPTH."""
-    targets = _local_refs(root)
+def empty_ref_cycle(root: JsonSchema, graph: SchemaGraph | None = None) -> list[str] | None:
+    """The `$ref` cycle (the references as written, the first one repeated at the end) that leaves `root` without
+    any finite instance, or None when the root has one (or has no `$ref`). SchemaTooDeepError past MAX_DEPTH.
+    `graph`: schema_graph(root), when the caller has it."""
+    graph = graph if graph is not None else schema_graph(root)
+    targets = graph.targets()
     if not targets:
         return None
-    inhabited: dict[str, bool] = {ref: False for ref in targets}
-    changed = True
-    while changed:
-        changed = False
-        for ref, target in targets.items():
-            if not inhabited[ref] and _satisfiable(target, inhabited, 0):
-                inhabited[ref] = changed = True
-    if _satisfiable(root, inhabited, 0):
+    check = _Satisfiable(graph, {key: False for key in targets})
+    dependents: dict[int, list[int]] = {key: [] for key in targets}
+    for key, (_, target) in targets.items():
+        for used in _targets_in(target, graph):
+            dependents[used].append(key)
+    queue, queued = deque(targets), set(targets)
+    while queue:  # a target is checked again only when one it refers to became inhabited
+        key = queue.popleft()
+        queued.discard(key)
+        if not check.inhabited[key] and check(targets[key][1], 0):
+            check.inhabited[key] = True
+            waiting = [d for d in dependents[key] if not check.inhabited[d] and d not in queued]
+            queue.extend(waiting)
+            queued.update(waiting)
+    if check(root, 0):
         return None
-    empty = {ref for ref, ok in inhabited.items() if not ok}
-    return _cycle("#", {"#": root, **targets}, empty)
+    empty = {key for key, ok in check.inhabited.items() if not ok}
+    return _cycle(root, graph, empty)
 
 
-def _satisfiable(schema: Any, inhabited: dict[str, bool], depth: int) -> bool:
-    if depth > MAX_DEPTH:
-        raise SchemaTooDeepError(f"the schema nests deeper than {MAX_DEPTH} levels")
-    if schema is False:
-        return False
-    if not isinstance(schema, dict):
-        return True
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and not inhabited.get(ref, True):
-        return False
-    if "const" in schema or "enum" in schema:
-        return schema.get("enum") != []
-    deeper = depth + 1
-    if any(not _satisfiable(s, inhabited, deeper) for s in _list(schema.get("allOf"))):
-        return False
-    for key in ("anyOf", "oneOf"):
-        branches = _list(schema.get(key))
-        if branches and not any(_satisfiable(s, inhabited, deeper) for s in branches):
-            return False
-    types = schema.get("type")
-    if types is None:
-        return True
-    kinds = types if isinstance(types, list) else [types]
-    return any(_kind_satisfiable(kind, schema, inhabited, deeper) for kind in kinds)
+class _Satisfiable:
+    def __init__(self, graph: SchemaGraph, inhabited: dict[int, bool]) -> None:
+        self.graph, self.inhabited = graph, inhabited
+        self.patterns = _Patterns()
 
-
-def _kind_satisfiable(kind: Any, schema: dict, inhabited: dict[str, bool], depth: int) -> bool:
-    if kind == "object":
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        extra = schema.get("additionalProperties", True)
-        return all(_satisfiable(properties.get(name, extra), inhabited, depth)
-                   for name in _list(schema.get("required")) if isinstance(name, str))
-    if kind == "array":
-        min_items = schema.get("minItems", 0)
-        if not isinstance(min_items, int) or min_items <= 0:
-            return True
-        prefix = _list(schema.get("prefixItems"))
-        rest = schema.get("items", True)
-        needed = prefix[:min_items] + ([rest] if min_items > len(prefix) else [])
-        return all(_satisfiable(s, inhabited, depth) for s in needed)
-    return True
-
-
-def _local_refs(root: JsonSchema) -> dict[str, JsonSchema]:
-    """Every local `$ref` ("#", "#/$defs/A", any JSON pointer into the document) that resolves, with its target."""
-    found: dict[str, JsonSchema] = {}
-    stack: list[tuple[Any, int]] = [(root, 0)]
-    while stack:
-        node, depth = stack.pop()
+    def __call__(self, schema: Any, depth: int) -> bool:
         if depth > MAX_DEPTH:
             raise SchemaTooDeepError(f"the schema nests deeper than {MAX_DEPTH} levels")
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#") and ref not in found:
-                target = _resolve(root, ref)
-                if target is not None:
-                    found[ref] = target
-            stack.extend((value, depth + 1) for value in node.values())
-        elif isinstance(node, list):
-            stack.extend((value, depth + 1) for value in node)
-    return found
+        if schema is False:
+            return False
+        if not isinstance(schema, dict):
+            return True
+        ref = self.graph.ref(schema)
+        if ref is not None and (ref.target is False
+                                or isinstance(ref.target, dict) and not self.inhabited[id(ref.target)]):
+            return False
+        if "const" in schema or "enum" in schema:
+            return schema.get("enum") != []
+        deeper = depth + 1
+        if any(not self(s, deeper) for s in _list(schema.get("allOf"))):
+            return False
+        for key in ("anyOf", "oneOf"):
+            branches = _list(schema.get(key))
+            if branches and not any(self(s, deeper) for s in branches):
+                return False
+        types = schema.get("type")
+        if types is None:
+            return True
+        kinds = types if isinstance(types, list) else [types]
+        return any(self._kind(kind, schema, deeper) for kind in kinds)
+
+    def _kind(self, kind: Any, schema: dict, depth: int) -> bool:
+        if kind == "object":
+            return all(self(s, depth) for name in _list(schema.get("required")) if isinstance(name, str)
+                       for s in self._property_schemas(schema, name))
+        if kind == "array":
+            min_items = schema.get("minItems", 0)
+            if not isinstance(min_items, int) or min_items <= 0:
+                return True
+            prefix = _list(schema.get("prefixItems"))
+            rest = schema.get("items", True)
+            needed = prefix[:min_items] + ([rest] if min_items > len(prefix) else [])
+            return all(self(s, depth) for s in needed)
+        return True
+
+    def _property_schemas(self, schema: dict, name: str) -> list[Any]:
+        """The schemas the value of property `name` surely has to match."""
+        properties = _dict(schema.get("properties"))
+        found = [properties[name]] if name in properties else []
+        unsure = False
+        for pattern, sub in _dict(schema.get("patternProperties")).items():
+            matches = self.patterns.search(pattern, name)
+            unsure = unsure or matches is None
+            if matches:
+                found.append(sub)
+        if not found and not unsure:
+            found.append(schema.get("additionalProperties", True))
+        return found
 
 
-def _resolve(root: JsonSchema, ref: str) -> JsonSchema | None:
-    node: Any = root
-    for part in ref[1:].split("/")[1:] if ref != "#" else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
+class _Patterns:
+    """Whether a `patternProperties` regex finds a match in a property name: True, False, or None when that is not
+    sure (a regex Python cannot compile, a name outside printable ASCII, or the check's matching budget spent)."""
+
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + MATCH_BUDGET_S
+        self.known: dict[tuple[str, str], bool | None] = {}
+
+    def search(self, pattern: Any, name: str) -> bool | None:
+        if not isinstance(pattern, str) or not (name.isascii() and name.isprintable()):
             return None
-    return node if isinstance(node, (dict, bool)) else None
+        key = (pattern, name)
+        if key not in self.known:
+            self.known[key] = self._search(pattern, name) if len(self.known) < MAX_MATCHES else None
+        return self.known[key]
+
+    def _search(self, pattern: str, name: str) -> bool | None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            return regex.search(pattern, name, timeout=left) is not None
+        except (regex.error, TimeoutError, RecursionError, OverflowError, ValueError):
+            return None
 
 
-def _cycle(start: str, schemas: dict[str, JsonSchema], empty: set[str]) -> list[str]:
-    """A path of empty references from `start` back to one already on it."""
-    path: list[str] = []
-    node = start
-    while node not in path:
-        path.append(node)
-        following = [ref for ref in _refs_in(schemas[node]) if ref in empty]
+def _cycle(root: JsonSchema, graph: SchemaGraph, empty: set[int]) -> list[str]:
+    """A path of empty targets from the root back to one already on it, named by the `$ref`s written to them."""
+    targets = graph.targets()
+    labels = {key: written for key, (written, _) in targets.items()}
+    labels.setdefault(id(root), "#")
+    schemas: dict[int, JsonSchema] = {key: target for key, (_, target) in targets.items()}
+    schemas.setdefault(id(root), root)
+    path: list[int] = []
+    key = id(root)
+    while key not in path:
+        path.append(key)
+        following = [t for t in _targets_in(schemas[key], graph) if t in empty]
         if not following:
-            return path
-        node = following[0]
-    return path[path.index(node):] + [node]
+            return [labels[k] for k in path]
+        key = following[0]
+    return [labels[k] for k in path[path.index(key):]] + [labels[key]]
 
 
-def _refs_in(schema: JsonSchema) -> list[str]:
-    refs: list[str] = []
+def _targets_in(schema: JsonSchema, graph: SchemaGraph) -> list[int]:
+    """id() of the object targets of the `$ref`s inside `schema` (itself included, `$defs` not entered), in
+    document order."""
+    found: list[int] = []
     stack: list[Any] = [schema]
     while stack:
         node = stack.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("$ref"), str):
-                refs.append(node["$ref"])
-            stack.extend(reversed(list(node.values())))
-        elif isinstance(node, list):
-            stack.extend(reversed(node))
-    return refs
+        if not isinstance(node, dict):
+            continue
+        ref = graph.ref(node)
+        if ref is not None and isinstance(ref.target, dict):
+            found.append(id(ref.target))
+        stack.extend(reversed([sub for key, sub in subschemas(node) if key not in DEFINITIONS]))
+    return found
 
 
 def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}

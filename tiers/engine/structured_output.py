@@ -21,9 +21,12 @@ import torch
 from tiers.engine.errors import GrammarError
 from tiers.engine.sampling_params import InvalidRequestError, StructuredOutputParams
 from tiers.engine.schema_cycles import SchemaTooDeepError, empty_ref_cycle
+from tiers.engine.schema_limits import check_depth, check_shape, compact_json, on_compile_stack, parser_limits
+from tiers.engine.schema_refs import SchemaGraph, schema_graph
 
 CACHE_SIZE = 256
 COMPACT = {"x-guidance": {"whitespace_flexible": False}}
+GRAMMAR_FAILED = "structured output could not go on"  # how a grammar that gave up mid-generation reads
 
 
 class GrammarCompiler:
@@ -83,22 +86,19 @@ class GrammarCompiler:
         return matcher
 
     def _compile(self, params: StructuredOutputParams) -> Any:
-        import llguidance
-
+        """Checks the schema against schema_limits and schema_cycles, then compiles it on a thread of its own
+        (schema_limits.on_compile_stack), whichever thread calls."""
         tokenizer = self._get_tokenizer()
         schema = {"type": "object"} if params.json_object else params.json_schema
         if "x-guidance" in schema:
             raise InvalidRequestError("structured_output.json_schema must not set 'x-guidance'")
-        _check_recursion(schema)
-        try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, **COMPACT}))
-            matcher = llguidance.LLMatcher(tokenizer, grammar)
-        except (ValueError, TypeError, RuntimeError) as exc:
-            raise InvalidRequestError(f"invalid JSON schema in structured_output: {_first_line(exc)}") from None
-        if matcher.is_error():
-            raise InvalidRequestError(f"unsupported or invalid JSON schema in structured_output: "
-                                      f"{_first_line(matcher.get_error())}")
-        return matcher
+        parsed = json.loads(compact_json(schema))  # what the library gets, no object shared between two places
+        check_shape(parsed)
+        graph = schema_graph(parsed)
+        check_depth(graph)
+        _check_recursion(graph)
+        text = json.dumps({**parsed, **COMPACT}, separators=(",", ":"))
+        return on_compile_stack(lambda: _matcher(tokenizer, text))
 
     def new_matcher(self, params: StructuredOutputParams) -> GrammarState:
         return GrammarState(self.compile(params).deep_copy())
@@ -121,7 +121,7 @@ class GrammarState:
         if self.error is None and not (self.matcher.consume_token(token) and not self.matcher.is_error()):
             self.error = f"the grammar refused token {token}: {self._library_error()}"
         if self.error is not None:
-            raise GrammarError(f"structured output could not go on: {self.error}")
+            raise GrammarError(f"{GRAMMAR_FAILED}: {self.error}")
 
     def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
         """Writes the tokens allowed next into bitmask[row]; on failure, records it and allows everything (the
@@ -158,11 +158,25 @@ def apply_grammar_masks(logits: torch.Tensor, rows: list[int], states: list[Gram
     logits[rows] = sub
 
 
-def _check_recursion(schema: dict[str, Any]) -> None:
+def _matcher(tokenizer: Any, text: str) -> Any:
+    import llguidance
+
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(text)
+        matcher = llguidance.LLMatcher(tokenizer, grammar, limits=parser_limits())
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise InvalidRequestError(f"invalid JSON schema in structured_output: {_first_line(exc)}") from None
+    if matcher.is_error():
+        raise InvalidRequestError(f"unsupported or invalid JSON schema in structured_output: "
+                                  f"{_first_line(matcher.get_error())}")
+    return matcher
+
+
+def _check_recursion(graph: SchemaGraph) -> None:
     """A schema whose `$ref` recursion never ends is the request's 400, before the grammar library gives up on it
     mid-generation."""
     try:
-        cycle = empty_ref_cycle(schema)
+        cycle = empty_ref_cycle(graph.root, graph)
     except SchemaTooDeepError as exc:
         raise InvalidRequestError(f"invalid JSON schema in structured_output: {exc}") from None
     if cycle is not None:
