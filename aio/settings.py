@@ -133,6 +133,7 @@ class Settings(BaseSettings):
     probe_on_start: bool = True
     probe_budget_s: float = Field(540.0, gt=0)
     probe_concurrency: int = Field(4, ge=1, le=64)
+    probe_max_tasks: int | None = Field(None, ge=1)  # at most this many probe tasks per tier (None: the whole set)
     probe_remote: bool = False
     probe_max_remote_tasks: int = Field(40, ge=0)
     # the smallest tier routed requests with tools or a JSON response_format may go to (None: any tier)

@@ -10,6 +10,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# In-process servers do not probe their (random-weight) tiers in the background unless a test asks for it.
+os.environ.setdefault("AIO_PROBE_ON_START", "false")
 
 import pytest  # noqa: E402
 

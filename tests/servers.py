@@ -61,7 +61,8 @@ def server_env(home: Path, database_url: str, admin_key: str, **extra: str) -> d
     AIO_OPEN_ENDPOINT is given."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIO_")}
     env.update(AIO_HOME=str(home), AIO_DATABASE_URL=database_url, AIO_ADMIN_KEY=admin_key, HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", AIO_OPEN_ENDPOINT="true")
+               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", AIO_OPEN_ENDPOINT="true",
+               AIO_PROBE_ON_START="false")  # a test that wants the background probe asks for it
     env.update(extra)
     if not admin_key:
         env.pop("AIO_ADMIN_KEY")  # `aio serve` generates one into $AIO_HOME/admin-key

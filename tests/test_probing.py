@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import subprocess
+import time
 
-import numpy as np
 import pytest
 
 from aio.db.database import make_engine
@@ -83,7 +81,7 @@ def test_a_failing_tier_is_marked_failed_and_the_others_are_measured(store, task
     class Broken(ScriptedTier):
         async def stream_chat(self, *args, **kwargs):
             raise ConnectionError("unreachable")
-            yield  # noqa: unreachable - makes this an async generator
+            yield  # makes this an async generator
 
     good, bad = ScriptedTier("small", tasks, lambda t: True), Broken("large", tasks, lambda t: True)
     statuses = asyncio.run(measure([Measurement(target(good), "g"), Measurement(target(bad), "b")], store,
@@ -129,3 +127,36 @@ def test_a_shipped_measurement_is_used_only_by_its_own_fingerprint(store, tasks,
     assert status.measured and status.source == "shipped" and status.tier == "medium"
     assert [(r.task_id, r.correct) for r in fresh.results("sha256:small")] == \
         [(r.task_id, r.correct) for r in store.results("sha256:small")]
+
+
+def test_serve_measures_its_tiers_in_the_background_and_then_routes_to_the_target(tmp_path):
+    import httpx
+
+    from tests.servers import start_server
+
+    database = f"sqlite:///{tmp_path / 'aio.db'}"
+    env = dict(AIO_DEMO_MODEL="random", AIO_PROBE_ON_START="true", AIO_PROBE_MAX_TASKS="30",
+               AIO_PROBE_CONCURRENCY="2")
+    server = start_server(None, tmp_path, database, **env)
+    try:
+        first = httpx.get(server.base_url + "/ready", timeout=30).json()["checks"]["routing"]
+        answer = httpx.post(server.api_url + "/chat/completions", timeout=60, json={
+            "model": "auto", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
+        assert answer.status_code == 200  # serving goes on while the tiers are probed
+        routing = first
+        for _ in range(600):
+            routing = httpx.get(server.base_url + "/ready", timeout=30).json()["checks"]["routing"]
+            if routing["rule"] == "quality_target":
+                break
+            time.sleep(0.5)
+        assert routing["rule"] == "quality_target" and set(routing["tiers_measured"].values()) == {"measured"}
+        assert first["rule"] == "quality_knob" or first["tiers_measured"] == routing["tiers_measured"]
+        assert all(m["done"] == 30 for m in routing["measurements"].values())
+    finally:
+        server.stop()
+    again = start_server(None, tmp_path, database, **env)
+    try:
+        routing = httpx.get(again.base_url + "/ready", timeout=30).json()["checks"]["routing"]
+        assert routing["rule"] == "quality_target"  # measured once: not probed again, the fit is in force at start
+    finally:
+        again.stop()

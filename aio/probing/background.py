@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 from aio.probing.fingerprint import tier_fingerprint
 from aio.probing.measure import Measurement, measure
 from aio.probing.runner import ProbeTarget
+from aio.probing.shipped import import_shipped
 from aio.probing.store import ProbeStore, RunStatus
 from aio.settings import TierSettings
 from tiers.pool import TierPool
@@ -33,9 +34,14 @@ class TierMeasurements:
     task: asyncio.Task | None = None
 
     async def prepare(self) -> None:
-        """Computes the fingerprints (hashing model files, cached under the home)."""
+        """Computes the fingerprints (hashing model files, cached under the home) and imports the shipped
+        measurements that match them."""
         self.fingerprints = await asyncio.to_thread(
             lambda: {t.name: tier_fingerprint(self.tier_settings[t.name], self.home) for t in self.pool})
+        imported = await asyncio.to_thread(import_shipped, ProbeStore(self.db), self.fingerprints)
+        if imported:
+            logger.info("tiers %s: the measurement shipped with AIO for their model files is in the log",
+                        ", ".join(imported))
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Per tier: status (measured / measuring / unmeasured / failed), tasks done and planned, accuracy."""

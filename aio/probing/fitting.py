@@ -63,3 +63,10 @@ def refit(engine: Engine, classifier: Any, fingerprints: dict[str, str], target:
     fit = fit_routing(proba, outcomes.correct, outcomes.cost, outcomes.tiers, target, classifier.version, fingerprints)
     save_active(engine, fit, note)
     return fit
+
+
+def refit_routing(engine: Engine, router: Any, fingerprints: dict[str, str], target: float) -> RoutingFit | None:
+    """`refit` for the router's classifier and tiers (what a server runs once its tiers are measured, or when its
+    classifier changed)."""
+    return refit(engine, router.classifier, {t: fingerprints[t] for t in router.tiers}, target,
+                 note=f"fitted for classifier {router.classifier.version}")

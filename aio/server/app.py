@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import AsyncIterator
 
 from fastapi import FastAPI
@@ -16,6 +17,8 @@ from aio.db.log_writer import LogWriter
 from aio.db.migrate import ensure_schema
 from aio.demo import EmbeddedDefault
 from aio.metrics import Metrics
+from aio.probing.background import TierMeasurements
+from aio.probing.fitting import refit_routing
 from aio.routing import Router, RouterWatcher, load_classifier
 from aio.server.auth import Authenticator, is_loopback
 from aio.server.body_limit import BodyLimitMiddleware
@@ -93,8 +96,13 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
         cache_dir = settings.home / "classifiers"
         classifier = await asyncio.to_thread(load_classifier, settings.classifier_path, db, cache_dir)
         router = Router(classifier, [t.name for t in pool], settings.quality)
+        measurements = TierMeasurements(db, pool, tier_settings, settings.home)
+        await measurements.prepare()
+        refit = partial(refit_routing, db, router, measurements.fingerprints, settings.quality_target)
         watcher = RouterWatcher(router, db, settings.quality, settings.classifier_poll_interval_s,
-                                pinned=settings.classifier_path is not None, cache_dir=cache_dir)
+                                pinned=settings.classifier_path is not None, cache_dir=cache_dir,
+                                quality_is_set="quality" in settings.model_fields_set,
+                                fingerprints=measurements.fingerprints, refit=refit)
         await asyncio.to_thread(watcher.poll_once)
         log_writer = LogWriter(db, batch_size=settings.log_batch_size, flush_interval_s=settings.log_flush_interval_s,
                                max_buffer=settings.log_buffer_size, spill_dir=settings.home / "log-spill",
@@ -110,13 +118,40 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
                           CascadeSettings(settings.cascade, settings.cascade_threshold, settings.cascade_confidence))
     monitor = _start_monitor(settings, pool, service, router, db, log_writer, metrics)
     watch_task = asyncio.create_task(watcher.run(), name="aio-router-watch")
+    _start_probing(settings, measurements, watcher)
     prune_task = None
     if settings.raw_retention_days is not None:
         from aio.db.retention import prune_periodically
 
         prune_task = asyncio.create_task(prune_periodically(db, settings.raw_retention_days), name="aio-prune")
     return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task,
-                    monitor, prune_task, demo)
+                    monitor, prune_task, demo, measurements=measurements)
+
+
+def _start_probing(settings: Settings, measurements: TierMeasurements, watcher: RouterWatcher) -> None:
+    """Measures in the background the tiers whose model was never measured (settings probe_*), then fits routing."""
+    unmeasured = measurements.unmeasured()
+    if not unmeasured:
+        return
+    if not settings.probe_on_start:
+        logger.warning("tiers %s are not measured and probe_on_start is off: `auto` uses the quality knob until "
+                       "`aio calibrate` measures them", ", ".join(unmeasured))
+        return
+    remote = [n for n in unmeasured if measurements.tier_settings[n].is_remote]
+    if remote and not settings.probe_remote:
+        logger.warning("remote tiers %s are not measured: they are probed only with probe_remote = true or by "
+                       "`aio calibrate` (it shows what it costs first)", ", ".join(remote))
+    logger.info("measuring tiers %s in the background (at most %.0f s); serving meanwhile", ", ".join(unmeasured),
+                settings.probe_budget_s)
+
+    def on_measured() -> None:
+        watcher.refit()
+        watcher.poll_once()
+
+    from probes.probe_set import probe_set
+
+    measurements.start(lambda: probe_set()[:settings.probe_max_tasks], settings.probe_budget_s, settings.probe_concurrency,
+                       settings.probe_max_remote_tasks if settings.probe_remote else 0, on_measured)
 
 
 def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, router: Router, db, log_writer,
@@ -144,6 +179,8 @@ def _start_monitor(settings: Settings, pool: TierPool, service: ChatService, rou
 
 async def _stop(state: AppState) -> None:
     state.watch_task.cancel()
+    if state.measurements is not None:
+        await state.measurements.stop()
     if state.prune_task is not None:
         state.prune_task.cancel()
     if state.monitor is not None:

@@ -9,6 +9,7 @@ from aio.db.keys import KeyStore
 from aio.demo import EmbeddedDefault
 from aio.db.log_writer import LogWriter
 from aio.metrics import Metrics
+from aio.probing.background import TierMeasurements
 from aio.routing import Classifier, Router
 from aio.server.auth import Authenticator
 from aio.server.key_limits import KeyLimiter
@@ -33,6 +34,7 @@ class AppState:
     prune_task: asyncio.Task | None = None  # deletes raw rows past raw_retention_days
     demo: EmbeddedDefault | None = None  # the embedded demo tiers, when no tiers are configured
     limiter: KeyLimiter = field(default_factory=KeyLimiter)  # per-key limits (this replica's share)
+    measurements: TierMeasurements | None = None  # the tiers' probe measurements, and the background probe
 
     @property
     def classifier(self) -> Classifier:

@@ -48,10 +48,21 @@ async def ready(state: State) -> JSONResponse:
     tiers = {t.name: ("ok" if t.is_available() else "unavailable") for t in state.pool}
     checks = {"database": db_detail, "tiers": tiers, "replica": state.settings.replica,
               "classifier": state.classifier.version,
-              "log_writer": dataclasses.asdict(state.log_writer.stats())}
+              "log_writer": dataclasses.asdict(state.log_writer.stats()),
+              "routing": await asyncio.to_thread(_routing, state)}
     ok = db_state != "failed" and all(v == "ok" for v in tiers.values())
     status = ("degraded" if db_state == "degraded" else "ready") if ok else "not ready"
     return JSONResponse({"status": status, "checks": checks}, status_code=200 if ok else 503)
+
+
+def _routing(state) -> dict:
+    """Which tiers are measured (a measurement in progress does not make a replica unready: it serves meanwhile),
+    and the rule `auto` routes with."""
+    measured = state.measurements.status() if state.measurements is not None else {}
+    fit = state.router.target_fit()
+    rule = {"rule": "quality_target", "target": fit.target, "estimate": fit.estimate.to_dict()} if fit is not None \
+        else {"rule": "quality_knob", "quality": state.router.quality}
+    return {"tiers_measured": {t: m["status"] for t, m in measured.items()}, "measurements": measured, **rule}
 
 
 @router.get("/metrics")
