@@ -183,6 +183,63 @@ def test_required_keeps_a_functions_local_refs_working():
             jsonschema.validate([{"name": "book", "arguments": {"default": {"town": "Oslo"}}}], schema)
 
 
+@pytest.fixture(scope="module")
+def calls_compiler(llama_path):
+    """The engine's schema compiler (its checks, then llguidance) on a real tokenizer, and that tokenizer as
+    llguidance reads it: a matcher shows what the grammar accepts."""
+    import llguidance.hf
+    from transformers import AutoTokenizer
+
+    from tiers.engine.structured_output import GrammarCompiler
+
+    tokenizer = AutoTokenizer.from_pretrained(llama_path)
+    return GrammarCompiler(tokenizer, len(tokenizer), {tokenizer.eos_token_id}), llguidance.hf.from_tokenizer(tokenizer)
+
+
+def accepted(calls_compiler, schema: dict, answer: list) -> bool:
+    from tiers.engine.sampling_params import StructuredOutputParams
+
+    compiler, tokenizer = calls_compiler
+    matcher = compiler.compile(StructuredOutputParams(json_schema=schema)).deep_copy()
+    tokens = tokenizer.tokenize_str(json.dumps(answer, separators=(",", ":")))
+    return matcher.consume_tokens(tokens) and matcher.is_accepting()
+
+
+def function(name: str, parameters: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+def anchored(kind: str) -> dict:
+    return {"type": "object", "properties": {"p": {"$ref": "#value"}}, "required": ["p"],
+            "$defs": {"V": {"$anchor": "value", "type": kind}}}
+
+
+@pytest.mark.parametrize("tools, calls, wrong", [
+    # the same anchor name in two functions: each one's "#value" is its own (it was rewritten to a pointer)
+    ((function("count", anchored("integer")), function("name", anchored("string"))),
+     [{"name": "count", "arguments": {"p": 5}}, {"name": "name", "arguments": {"p": "x"}}],
+     [{"name": "count", "arguments": {"p": "x"}}]),
+    # zod-to-json-schema's draft 7: a root $ref beside $schema, where $id is ignored (pointers rewritten instead)
+    ((function("zod", {"$schema": "http://json-schema.org/draft-07/schema#", "$ref": "#/definitions/Args",
+                       "definitions": {"Args": {"type": "object", "properties": {"q": {"type": "integer"}},
+                                                "required": ["q"], "additionalProperties": False}}}), WEATHER),
+     [{"name": "zod", "arguments": {"q": 1}}], [{"name": "zod", "arguments": {"q": "x"}}]),
+    # parameters with an $id of their own keep it, and their refs resolve inside them
+    ((function("own", {"$id": "https://example.test/own", "type": "object", "required": ["p"],
+                       "properties": {"p": {"$ref": "#/$defs/P"}}, "$defs": {"P": {"type": "boolean"}}}), TIME),
+     [{"name": "own", "arguments": {"p": True}}], [{"name": "own", "arguments": {"p": 1}}]),
+])
+def test_required_keeps_every_kind_of_local_ref_of_each_function(calls_compiler, tools, calls, wrong):
+    """Checked by llguidance's own matcher (the grammar the model is held to) and by jsonschema."""
+    schema = required_calls_schema(ChatOptions(tools=tools, tool_choice="required"))
+    for call in calls:
+        assert accepted(calls_compiler, schema, [call])
+        jsonschema.validate([call], schema)
+    assert not accepted(calls_compiler, schema, wrong)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(wrong, schema)
+
+
 def test_parser_choice():
     assert make_parser(None, "hermes") is None
     assert make_parser(ChatOptions(tools=(WEATHER,), tool_choice="none"), "hermes") is None
