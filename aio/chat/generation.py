@@ -12,7 +12,9 @@ from aio.chat.openai_shapes import add_tool_call_delta, logprob_entries
 from aio.chat.queue_admission import QUEUE_FULL_RETRY_AFTER_S
 from aio.metrics import Metrics
 from tiers.engine.sampling_params import InvalidRequestError
+from tiers.engine.structured_output import GRAMMAR_FAILED
 from tiers.pool import ChatChunk, TierUnavailableError
+from tiers.tools.options import ChatOptions
 
 
 async def generate(chat: PreparedChat, state: GenerationState,
@@ -28,7 +30,7 @@ async def generate(chat: PreparedChat, state: GenerationState,
                 await queue.put((index, chunk))
             await queue.put((index, None))
         except BaseException as exc:  # handed to the consumer, which re-raises it
-            await queue.put((index, exc))
+            await queue.put((index, _schema_failure(chat.options, exc)))
             if isinstance(exc, asyncio.CancelledError):
                 raise
 
@@ -96,7 +98,8 @@ def record_failure(state: GenerationState, exc: BaseException) -> None:
         state.status, state.http_status = "cancelled", 499
     else:
         state.status, state.error = "error", f"{type(exc).__name__}: {exc}"
-        state.http_status = 503 if isinstance(exc, TierUnavailableError) else 500
+        state.http_status = exc.status_code if isinstance(exc, APIError) \
+            else 503 if isinstance(exc, TierUnavailableError) else 500
 
 
 def open_failure(chat: PreparedChat, state: GenerationState, exc: BaseException,
@@ -115,6 +118,17 @@ def open_failure(chat: PreparedChat, state: GenerationState, exc: BaseException,
         state.status, state.http_status = "error", error.status_code
         state.error = state.error or error.message
     return error
+
+
+def _schema_failure(options: ChatOptions | None, exc: BaseException) -> BaseException:
+    """A grammar that gave up mid-generation (its library hit a limit, or refused a token its own mask allowed) is
+    the schema's doing: the 400 of a refused schema, naming the parameter that set it. The engine hands the
+    failure over as an InvalidRequestError that names it (tiers.engine.errors keeps the message, not the type)."""
+    if not (isinstance(exc, InvalidRequestError) and str(exc).startswith(GRAMMAR_FAILED)):
+        return exc
+    forced = options is not None and bool(options.tools) \
+        and (options.tool_choice == "required" or options.forced_function is not None)
+    return invalid_request(str(exc), "tools" if forced else "response_format", code="invalid_schema")
 
 
 def api_error(exc: BaseException, request_id: str) -> APIError:
