@@ -7,7 +7,9 @@ and UTF-16 surrogates, i.e. invalid JSON or invalid UTF-8 that sampled outputs d
 them; xgrammar's masks are faster (~4 us against ~90-120 us per token on SmolLM2's 49k vocabulary), which is
 small beside a decode step. JSON is generated compact (no free whitespace), so a model cannot wander into endless
 whitespace. llguidance stops a grammar as soon as nothing but EOS can follow (a closed object), so such outputs end
-without an EOS token.
+without an EOS token. Before the library sees a schema, it is bounded (schema_limits: past its bounds the library
+overflowed its native stack or took seconds) and checked for recursion without end (schema_cycles); every compile
+runs on a thread with a stack of known size.
 """
 from __future__ import annotations
 
@@ -68,8 +70,8 @@ class GrammarCompiler:
         return self._lltokenizer
 
     def compile(self, params: StructuredOutputParams) -> Any:
-        """A fresh matcher of the grammar, to deep_copy per sequence; InvalidRequestError for a schema the library
-        rejects."""
+        """A fresh matcher of the grammar, to deep_copy per sequence; InvalidRequestError for a schema past
+        schema_limits, without a finite instance, or that the library rejects."""
         if not isinstance(params, StructuredOutputParams):
             raise InvalidRequestError(f"structured_output must be StructuredOutputParams, got {type(params).__name__}")
         key = params.canonical_key()
