@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterable
 import httpx
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from benchmarks.hostile_goals import defs_chain
+
 TIERS = ("small", "medium", "large")
 BROKEN_CONNECTION = 599  # the status counted for a request whose connection broke (a 5xx for the goal)
 HELLO = [{"role": "user", "content": "hi"}]
@@ -49,6 +51,12 @@ def _nested(depth: int) -> dict:
     for _ in range(depth):
         schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
     return schema
+
+
+def _alias_chain(links: int) -> dict:
+    defs = {f"D{i}": {"$ref": f"#/$defs/D{i + 1}"} for i in range(links)}
+    defs[f"D{links}"] = {"type": "string"}
+    return {"$defs": defs, "$ref": "#/$defs/D0"}
 
 
 def poisons() -> list[tuple[str, bytes]]:
@@ -86,6 +94,41 @@ def poisons() -> list[tuple[str, bytes]]:
                                                       "'); DROP TABLE requests; -- <script>x</script> \x00\x07\x1b[31m"}]),
         "image part": chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]),
         "unknown model": chat("gpt-17"),
+        # the hostile-input issue's rows A-K (A-E also in benchmarks.hostile_goals, with their goals)
+        "A: $defs chain of 1,000 links": chat(response_format=_schema_format(defs_chain())),
+        "A: the chain as a forced tool's parameters": chat(tools=[_tool("x", defs_chain())],
+                                                           tool_choice={"type": "function", "function": {"name": "x"}}),
+        "A: 2,600 plain $ref links": chat(response_format=_schema_format(_alias_chain(2_600))),
+        "A: 3,000 properties": chat(response_format=_schema_format(
+            {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(3_000)}})),
+        "A: 160 patternProperties": chat(response_format=_schema_format(
+            {"type": "object", "patternProperties": {f"^k{i}_[a-z]+$": {"type": "integer"} for i in range(160)}})),
+        "B: logit_bias key '²'": chat(logit_bias={"²": 1}),
+        "B: logit_bias keys '1' and '01'": chat(logit_bias={"1": 1, "01": 2}),
+        "C: 129 tools": chat(tools=[_tool(f"t{i}", {"type": "object"}) for i in range(129)]),
+        "D: 16 endless streamed choices": chat(n=16, ignore_eos=True, stream=True, max_tokens=200),
+        "F: cycle through an $id URL": chat(response_format=_schema_format(
+            {"$id": "https://x.test/s", "type": "object", "properties": {"a": {"$ref": "https://x.test/s"}},
+             "required": ["a"]})),
+        "F: cycle through a percent-encoded pointer": chat(response_format=_schema_format(
+            {"type": "object", "properties": {"a": {"$ref": "#/$defs/A%20B"}}, "required": ["a"],
+             "$defs": {"A B": {"$ref": "#"}}})),
+        "F: cycle through patternProperties": chat(response_format=_schema_format(
+            {"type": "object", "patternProperties": {"^a$": {"$ref": "#"}}, "required": ["a"]})),
+        "F: an $anchor ref in a forced tool (valid)": chat(
+            tools=[_tool("x", {"type": "object", "properties": {"q": {"$ref": "#me"}}, "required": ["q"],
+                               "$defs": {"M": {"$anchor": "me", "type": "integer"}}})],
+            tool_choice={"type": "function", "function": {"name": "x"}}),
+        "I: max_tokens as a string": {**chat(), "max_tokens": "4"},
+        "I: max_tokens true": {**chat(), "max_tokens": True},
+        "I: n as a string": chat(n="2"),
+        "I: stream as a string": chat(stream="true"),
+        "I: aio_cascade 'yes'": chat("auto", aio_cascade="yes"),
+        "I: aio_cascade 1": chat("auto", aio_cascade=1),
+        "I: aio_cascade_threshold as a string": chat("auto", aio_cascade_threshold="-0.5"),
+        "J: temperature 1e-300 (valid: greedy)": chat(temperature=1e-300),
+        "J: repetition_penalty 1e-300": chat(repetition_penalty=1e-300),
+        "K: NUL in content (valid)": chat(messages=[{"role": "user", "content": "a\u0000b"}]),
     }
     raw = [(name, json.dumps(body).encode()) for name, body in bodies.items()]
     raw += [("not UTF-8", b"\xff\xfe not utf-8"), ("not JSON", b"{"), ("a list", b"[]"), ("empty body", b""),
@@ -162,11 +205,12 @@ class Outcome:
     stream_errors: int = 0  # poison/fuzz streams that ended in an error event (their own failure)
     tiers_marked_down: int = 0
     ready_after: bool = False
+    process_alive: bool = True
 
     @property
     def goal_met(self) -> bool:
         return not (self.innocent_failed or self.poison_5xx or self.fuzz_5xx or self.tiers_marked_down) \
-            and self.ready_after and self.innocent_ok > 0
+            and self.ready_after and self.innocent_ok > 0 and self.process_alive
 
 
 def _read_stream(lines: Iterable[str]) -> tuple[bool, str | None]:
@@ -265,8 +309,29 @@ def _fuzz(client: httpx.Client, url: str, key: str, examples: int, outcome: Outc
     probe()
 
 
+def admin_poisons() -> list[tuple[str, str, str, dict | None]]:
+    """(name, method, path, JSON body) sent with the admin key: rows G and H."""
+    return [("G: DELETE a 20-digit key id", "DELETE", "/admin/keys/99999999999999999999", None),
+            ("G: DELETE key id '3.0'", "DELETE", "/admin/keys/3.0", None),
+            ("H: a key name with CR/LF/ESC", "POST", "/admin/keys", {"name": "evil\r\n 9 forged \x1b[31m"})]
+
+
+def _send_admin_poisons(base_url: str, admin_key: str, outcome: Outcome) -> None:
+    with httpx.Client(timeout=60) as client:
+        for name, method, path, body in admin_poisons():
+            try:
+                status = client.request(method, base_url + path, json=body,
+                                        headers={"authorization": f"Bearer {admin_key}"}).status_code
+            except httpx.HTTPError:
+                status = BROKEN_CONNECTION
+            outcome.poison_statuses[(name, status)] += 1
+            if status >= 500:
+                outcome.poison_5xx.append(f"{name}: {status}")
+
+
 def run(base_url: str, innocent_key: str, poison_key: str, duration_s: float, clients: int, fuzz_examples: int,
-        server_log: Callable[[], str]) -> Outcome:
+        server_log: Callable[[], str], admin_key: str | None = None,
+        process_alive: Callable[[], bool] | None = None) -> Outcome:
     """Innocent clients for `duration_s` beside the poison sender (which goes on until the fuzzer is done)."""
     outcome = Outcome()
     log_before = server_log().count("marked down")
@@ -282,7 +347,10 @@ def run(base_url: str, innocent_key: str, poison_key: str, duration_s: float, cl
 
     asyncio.run(innocents())
     sender.join()
+    if admin_key is not None:
+        _send_admin_poisons(base_url, admin_key, outcome)
     outcome.tiers_marked_down = server_log().count("marked down") - log_before
+    outcome.process_alive = process_alive() if process_alive is not None else True
     ready = httpx.get(base_url + "/ready", timeout=30)
     outcome.ready_after = ready.status_code == 200 and all(v == "ok" for v in ready.json()["checks"]["tiers"].values())
     return outcome
@@ -292,7 +360,8 @@ def report(outcome: Outcome, seconds: float) -> str:
     lines = [f"innocent requests: {outcome.innocent_ok} ok, {len(outcome.innocent_failed)} failed or cut "
              f"({seconds:.0f} s)"]
     lines += [f"  {failure}" for failure in outcome.innocent_failed[:10]]
-    lines.append(f"tiers marked down: {outcome.tiers_marked_down}; ready after: {outcome.ready_after}")
+    lines.append(f"tiers marked down: {outcome.tiers_marked_down}; ready after: {outcome.ready_after}; process "
+                 f"alive after: {outcome.process_alive}")
     lines.append("named poisons (name: statuses):")
     by_name: dict[str, list[str]] = {}
     for (name, status), count in sorted(outcome.poison_statuses.items()):
@@ -322,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             start = time.monotonic()
             outcome = run(server.base_url, innocent, poison, args.duration, args.clients, args.fuzz_examples,
-                          server.output)
+                          server.output, server.admin_key, lambda: server.process.poll() is None)
             print(report(outcome, time.monotonic() - start))
         finally:
             server.stop()

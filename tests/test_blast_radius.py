@@ -26,10 +26,16 @@ def server(tmp_path_factory):
 def test_poison_from_one_key_hurts_no_request_of_another(server):
     live, (innocent, poison) = server
     outcome = run(live.base_url, innocent, poison, duration_s=12, clients=4, fuzz_examples=40,
-                  server_log=live.output)
+                  server_log=live.output, admin_key=live.admin_key, process_alive=lambda: live.process.poll() is None)
     assert outcome.goal_met, report(outcome, 12)
     statuses = {name: status for name, status in outcome.poison_statuses}
     assert statuses["recursive schema ($ref #)"] == 400 and statuses["lone surrogate in content"] == 400
+    refused = [name for name in statuses if name[:2] in ("A:", "B:", "C:", "F:", "I:", "G:", "H:")
+               or name == "J: repetition_penalty 1e-300"]
+    assert {name: statuses[name] for name in refused if not 400 <= statuses[name] < 500} == \
+        {"F: an $anchor ref in a forced tool (valid)": 200}
+    assert statuses["J: temperature 1e-300 (valid: greedy)"] == statuses["K: NUL in content (valid)"] == 200
+    assert statuses["D: 16 endless streamed choices"] == 200 and outcome.process_alive
     assert "engine loop failed" not in live.output()
 
 
