@@ -15,7 +15,7 @@ from pathlib import Path
 
 DEFAULT_FILE = Path(__file__).with_name("routing_default.json")
 FALLBACK_QUALITY = 0.5  # when the file is missing (a broken install): the midpoint
-DEFAULT_TARGET = 0.95  # quality_target: the share of always-largest's accuracy kept, once the tiers are measured
+DEFAULT_TARGET = 0.90  # quality_target: the share of always-largest's accuracy kept, once the tiers are measured (chosen by cross-validation on the family's probe outcomes: docs/routing.md)
 
 
 @dataclass(frozen=True)

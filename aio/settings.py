@@ -143,7 +143,7 @@ class Settings(BaseSettings):
     # again on the next larger tier. Per request: `aio_cascade`, `aio_cascade_threshold`.
     cascade: bool = False
     cascade_threshold: float = Field(-0.5, le=0)
-    cascade_confidence: Literal["mean", "min"] = "mean"
+    cascade_confidence: Literal["scorer", "mean", "min"] = "scorer"  # scorer: the routing fit's (else mean)
     log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
     max_body_bytes: int = Field(4 << 20, ge=1024)
     max_concurrent_requests: int = Field(1024, ge=1)  # in flight over all tiers; beyond: 429

@@ -9,7 +9,8 @@ import json
 import httpx
 import pytest
 
-from benchmarks.blast_radius import SELF_REQUIRED, report, run
+from benchmarks.blast_radius import report, run
+from benchmarks.poisons import SELF_REQUIRED
 from tests.servers import create_key, start_server
 
 

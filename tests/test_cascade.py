@@ -271,10 +271,12 @@ def test_a_larger_tier_that_is_down_is_skipped_and_none_up_keeps_the_answer():
 def test_the_client_gets_logprobs_only_when_it_asked():
     service, log = make_service(three(small=-2.0, medium=-0.2), proba=SMALL_ONLY, cascade=ON)
     body, chat = serve(service)
-    assert body["choices"][0]["logprobs"] is None and chat.params[0].logprobs == 0  # asked for the cascade only
+    # asked for the cascade only: the chosen token and the best other (the answer scorer's margin)
+    assert body["choices"][0]["logprobs"] is None and chat.params[0].logprobs == 2
     body, _ = serve(service, logprobs=True)
     entries = body["choices"][0]["logprobs"]["content"]
     assert [e["logprob"] for e in entries] == [pytest.approx(-0.2)] * 3  # the served (medium) answer's tokens
+    assert all(e["top_logprobs"] == [] for e in entries)  # top_logprobs not asked: none, whatever the tier gave
 
 
 def test_a_conversation_the_cascade_raised_keeps_its_tier():

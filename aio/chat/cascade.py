@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from aio.api.errors import APIError, invalid_request
 from aio.api.schemas import ChatCompletionRequest
@@ -21,6 +22,8 @@ from aio.chat.generation import generate
 from aio.chat.tier_selection import TierSelector
 from aio.metrics import Metrics
 from aio.routing.context_routing import ContextRouting
+from aio.routing.outcome_fit import RoutingFit
+from aio.routing.policy import Verifier
 from tiers.pool import TierUnavailableError
 from tiers.tools.options import ChatOptions
 
@@ -34,11 +37,11 @@ class CascadeSettings:
     """The server's defaults: settings `cascade`, `cascade_threshold`, `cascade_confidence`."""
     enabled: bool = False
     threshold: float = DEFAULT_THRESHOLD
-    measure: Measure = "mean"
+    measure: Measure | Literal["scorer"] = "scorer"
 
 
-def cascade_policy(body: ChatCompletionRequest, options: ChatOptions | None,
-                   settings: CascadeSettings) -> CascadePolicy | None:
+def cascade_policy(body: ChatCompletionRequest, options: ChatOptions | None, settings: CascadeSettings,
+                   fit: RoutingFit | None = None) -> CascadePolicy | None:
     """Whether this request cascades: its `aio_cascade` (a given `aio_cascade_threshold` turns it on too), else the
     server's default. Streamed requests, n > 1, tools or response_format and a named model never cascade; a
     client that asks for the cascade on one of those gets a 400 (a switch that changes the answer is never
@@ -55,8 +58,12 @@ def cascade_policy(body: ChatCompletionRequest, options: ChatOptions | None,
         raise invalid_request(f"{param} is not supported {why}", param, code="unsupported_parameter")
     if why is not None or not (settings.enabled if asked is None else asked):
         return None
+    if body.aio_cascade_threshold is None and settings.measure == "scorer" and fit is not None \
+            and fit.scorer is not None and fit.escalation is not None:
+        return CascadePolicy(None, "scorer", fit, Verifier(fit.escalate_below))
+    measure = "mean" if settings.measure == "scorer" else settings.measure  # no fitted scorer: the logprobs
     threshold = settings.threshold if body.aio_cascade_threshold is None else body.aio_cascade_threshold
-    return CascadePolicy(threshold, settings.measure)
+    return CascadePolicy(threshold, measure)
 
 
 def _ineligible(body: ChatCompletionRequest, options: ChatOptions | None) -> str | None:
@@ -91,7 +98,7 @@ class Cascade:
         the escalation failed (logged): the cheaper answer is still a valid answer."""
         policy = chat.cascade
         score = state.confidence(chat)
-        if policy is None or state.status != "ok" or score is None or score >= policy.threshold:
+        if policy is None or state.status != "ok" or not policy.escalates(chat.tier.name, score):
             return None
         attempt = await self._next(chat)
         if attempt is None:

@@ -5,13 +5,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Literal
 
 from aio.api.schemas import ChatCompletionRequest
 from aio.chat.confidence import Measure, confidence as answer_confidence
 from aio.db.records import utcnow
 from aio.routing import RoutingDecision
 from aio.routing.conversation import ConversationKeys
+from aio.routing.policy import Verifier
 from tiers.engine.sampling_params import SamplingParams
 from tiers.pool import ChatChunk, Tier
 from tiers.tools.options import ChatOptions
@@ -29,10 +30,18 @@ class RequestContext:
 
 @dataclass(frozen=True)
 class CascadePolicy:
-    """A request that cascades (aio.chat.cascade): an answer whose confidence by `measure` is below `threshold` is
-    answered again on the next larger tier."""
-    threshold: float
-    measure: Measure
+    """A request that cascades (aio.chat.cascade): an answer whose score is below its tier's threshold is answered
+    again on the next larger tier. `measure` "scorer": the routing fit's answer scorer, P(the answer is right), with
+    a threshold per tier (`verifier`); "mean" / "min": the chosen tokens' logprobs against `threshold`."""
+    threshold: float | None
+    measure: Measure | Literal["scorer"]
+    fit: Any = None  # aio.routing.outcome_fit.RoutingFit whose answer scorer judges, with measure "scorer"
+    verifier: Verifier | None = None
+
+    def escalates(self, tier: str, score: float | None) -> bool:
+        if self.verifier is not None:
+            return self.verifier.escalates(tier, score)
+        return score is not None and self.threshold is not None and score < self.threshold
 
 
 @dataclass
@@ -80,6 +89,7 @@ class ChoiceState:
     finish_reason: str | None = None
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # OpenAI's entries, when the client asked
     token_logprobs: list[float] = field(default_factory=list)  # the chosen tokens' logprobs, when the tier gave them
+    token_margins: list[float | None] = field(default_factory=list)  # chosen logprob minus the best other token's
     num_cached_tokens: int = 0
 
 
@@ -109,11 +119,23 @@ class GenerationState:
         return self.num_prompt_tokens or chat.num_prompt_tokens
 
     def confidence(self, chat: PreparedChat) -> float | None:
-        """The first choice's confidence by the request's cascade measure; None when the request is not judged or
-        the tier gave no logprobs."""
-        if chat.cascade is None:
+        """The first choice's score by the request's cascade measure (the scorer's P(right), or a logprob
+        confidence); None when the request is not judged or the tier gave no logprobs."""
+        policy = chat.cascade
+        if policy is None:
             return None
-        return answer_confidence(self.choices[0].token_logprobs, chat.cascade.measure)
+        choice = self.choices[0]
+        if policy.measure != "scorer":
+            return answer_confidence(choice.token_logprobs, policy.measure)
+        if not choice.token_logprobs:
+            return None
+        from classifier.answer_scorer import AnswerEvidence
+
+        evidence = AnswerEvidence(choice.text, choice.token_logprobs, choice.token_margins, choice.finish_reason)
+        fit, tier = policy.fit, chat.tier.name
+        scores = chat.decision.scores
+        p_right = float(fit.p_right(scores)[0][fit.tiers.index(tier)]) if scores and tier in fit.tiers else 0.5
+        return fit.scorer.score(tier, evidence, p_right)
 
     def mean_inter_token_ms(self) -> float | None:
         """The first choice's mean time between output tokens (from its first to its last token)."""

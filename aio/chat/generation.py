@@ -86,10 +86,17 @@ def _apply(chat: PreparedChat, choice: ChoiceState, chunk: ChatChunk) -> None:
     choice.num_cached_tokens = max(choice.num_cached_tokens, chunk.num_cached_tokens)
     if chunk.logprobs:
         choice.token_logprobs.extend(lp.logprob for lp in chunk.logprobs)
+        choice.token_margins.extend(_margin(lp) for lp in chunk.logprobs)
         if chat.body.logprobs:  # the cascade asks for them too, for itself: the client gets what it asked
-            choice.logprobs.extend(logprob_entries(chat.tier, chunk))
+            choice.logprobs.extend(logprob_entries(chat.tier, chunk, chat.body.top_logprobs or 0))
     if chunk.finish_reason is not None:
         choice.finish_reason = chunk.finish_reason
+
+
+def _margin(entry) -> float | None:
+    """The chosen token's logprob minus the best other token's (None when the tier gave no alternatives)."""
+    others = [logprob for token, logprob in entry.top if token != entry.token_id]
+    return float(entry.logprob - others[0]) if others else None
 
 
 def record_failure(state: GenerationState, exc: BaseException) -> None:

@@ -45,12 +45,14 @@ def sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-def logprob_entries(tier: Tier, chunk: ChatChunk) -> list[dict[str, Any]]:
+def logprob_entries(tier: Tier, chunk: ChatChunk, top: int) -> list[dict[str, Any]]:
+    """OpenAI's logprobs content for the chunk's tokens, with the `top` alternatives the client asked for (the
+    server may have asked the tier for more, for its answer scorer)."""
     def entry(token_id: int, logprob: float) -> dict[str, Any]:
         text = tier.token_text(token_id)
         return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
-    return [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, p) for t, p in lp.top]}
+    return [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, p) for t, p in lp.top[:top]]}
             for lp in chunk.logprobs or []]
 
 
@@ -101,7 +103,8 @@ def stream_events(chat: PreparedChat, index: int, chunk: ChatChunk, include_usag
     """The events one tier chunk makes: a content delta (with its logprobs) and the choice's finish."""
     events = []
     if chunk.delta_text or chunk.logprobs:
-        logprobs = {"content": logprob_entries(chat.tier, chunk)} if chunk.logprobs else None
+        logprobs = {"content": logprob_entries(chat.tier, chunk, chat.body.top_logprobs or 0)} \
+            if chunk.logprobs and chat.body.logprobs else None
         events.append(sse(chunk_body(chat, index, {"content": chunk.delta_text}, None, include_usage, logprobs)))
     if chunk.tool_calls:
         delta = {"tool_calls": [d.to_openai() for d in chunk.tool_calls]}

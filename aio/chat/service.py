@@ -32,6 +32,7 @@ from tiers.tools.options import ChatOptions
 
 logger = logging.getLogger(__name__)
 
+JUDGED_TOP_LOGPROBS = 2  # the chosen token and the best other, for the answer scorer's margins
 MAX_CHARS_PER_TOKEN = 32  # no tokenizer's token is longer: more characters than this per context token cannot fit
 CLASSIFIER_MAX_CHARS = 32_768  # the classifier reads at most this much of a prompt (its features cut earlier)
 
@@ -107,11 +108,11 @@ class ChatService:
         messages = normalize_messages(body.messages)
         self._refuse_oversized(messages)
         options = chat_options(body)
-        cascade = cascade_policy(body, options, self.cascade_settings)
+        cascade = cascade_policy(body, options, self.cascade_settings, self.router.target_fit())
         max_tokens = body.max_completion_tokens or body.max_tokens
         if body.top_logprobs is not None and not body.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
-        decision, embedding = await self._route(body, messages)
+        decision, embedding = await self._route(body, messages, verify=cascade is not None)
         decision, conversation = self.context_routing.adjust(decision, [t.name for t in self.pool], messages=messages,
                                                              user=body.user, session=ctx.session,
                                                              owner=str(ctx.key_id or ""), embedding=embedding)
@@ -148,14 +149,14 @@ class ChatService:
             return decision
         return replace(decision, tier=floor, reason="structured_min_tier")
 
-    async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]]
+    async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]], verify: bool = False
                      ) -> tuple[RoutingDecision, np.ndarray | None]:
         """`auto`: the classifier's choice (and the text's embedding); otherwise the tier the model names."""
         if body.model == "auto":
             classifier = self.router.classifier  # may be swapped meanwhile: decide with the one that scored
             text = messages_to_text(messages)[:CLASSIFIER_MAX_CHARS]
             score = await self.classifier_batcher.score(classifier, text)
-            return self.router.decide(score.proba, body.aio_quality, score.classifier), score.embedding
+            return self.router.decide(score.proba, body.aio_quality, score.classifier, verify), score.embedding
         tier = self.pool.find(body.model)
         if tier is None:
             names = ["auto"] + [t.name for t in self.pool] + [t.model for t in self.pool]
@@ -295,6 +296,13 @@ async def _check_options(tier: Tier, options: ChatOptions) -> None:
         raise invalid_request(str(exc), param, code="invalid_schema") from exc
 
 
+def _logprobs_asked(body: ChatCompletionRequest, judged: bool) -> int | None:
+    """Top logprobs per token to ask the tier for: the client's, and for a judged answer at least the best
+    alternative (the answer scorer reads the margin to it); the client sees only what it asked for."""
+    client = (body.top_logprobs or 0) if body.logprobs else None
+    return max(client or 0, JUDGED_TOP_LOGPROBS) if judged else client
+
+
 def sampling_params(body: ChatCompletionRequest, max_tokens: int, choice: int, judged: bool = False) -> SamplingParams:
     """The engine's parameters for one choice; `judged`: the cascade reads the chosen tokens' logprobs, asked for
     even when the client did not ask (its response shows them only if it did)."""
@@ -304,7 +312,7 @@ def sampling_params(body: ChatCompletionRequest, max_tokens: int, choice: int, j
             top_p=1.0 if body.top_p is None else body.top_p,
             seed=None if body.seed is None else body.seed + choice, stop=body.stop,
             top_k=body.top_k or 0, ignore_eos=bool(body.ignore_eos),
-            logprobs=(body.top_logprobs or 0) if body.logprobs else (0 if judged else None),
+            logprobs=_logprobs_asked(body, judged),
             presence_penalty=body.presence_penalty or 0.0, frequency_penalty=body.frequency_penalty or 0.0,
             repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
             min_tokens=body.min_tokens or 0,

@@ -60,7 +60,8 @@ def refit(engine: Engine, classifier: Any, fingerprints: dict[str, str], target:
                     dict(zip(outcomes.tiers, answered.tolist())), MIN_TASKS)
         return None
     proba = np.asarray(classifier.predict_proba(outcomes.texts()), dtype=np.float64)
-    fit = fit_routing(proba, outcomes.correct, outcomes.cost, outcomes.tiers, target, classifier.version, fingerprints)
+    fit = fit_routing(proba, outcomes.correct, outcomes.cost, outcomes.tiers, target, classifier.version, fingerprints,
+                      results=outcomes.results)
     save_active(engine, fit, note)
     return fit
 

@@ -11,10 +11,11 @@ the classifier's scores of their prompts, and makes a `RoutingFit`:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
+from aio.routing.escalation_fit import EscalationRule, choose_escalation, fit_scorers
 from aio.routing.quality_target import TargetRule, cost_fraction, relative_accuracy, rule_for_target
 from classifier.answer_scorer import AnswerScorer
 from classifier.outcome_calibration import TierCalibration, fit_tier_calibration
@@ -49,8 +50,15 @@ class RoutingFit:
     rule: TargetRule
     estimate: Estimate  # on the reference prompts the rule was chosen on
     scorer: AnswerScorer | None = None
-    escalate_below: dict[str, float] = field(default_factory=dict)  # tier -> answer score below which it escalates
+    escalation: EscalationRule | None = None  # route-then-verify for the target (requests that cascade)
     counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def escalate_below(self) -> dict[str, float]:
+        """Per tier but the last: the answer score below which an answer is answered again one tier up."""
+        if self.escalation is None:
+            return {}
+        return dict(zip(self.tiers[:-1], self.escalation.thresholds))
 
     def p_right(self, proba: np.ndarray) -> np.ndarray:
         return self.calibration.predict(proba)
@@ -75,7 +83,10 @@ class RoutingFit:
                 "bootstrap": [w.tolist() for w in self.bootstrap], "cost_share": list(self.cost_share),
                 "target": self.target, "lambda": self.rule.lam, "estimate": self.estimate.to_dict(),
                 "scorer": self.scorer.to_dict() if self.scorer is not None else None,
-                "escalate_below": self.escalate_below, "counts": self.counts}
+                "escalation": None if self.escalation is None else {
+                    "lambda": self.escalation.rule.lam, "thresholds": list(self.escalation.thresholds),
+                    "accuracy": self.escalation.accuracy, "cost_share": self.escalation.cost_share},
+                "counts": self.counts}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoutingFit:
@@ -85,22 +96,24 @@ class RoutingFit:
                    [np.asarray(w, dtype=np.float64) for w in data["bootstrap"]], cost_share, float(data["target"]),
                    TargetRule(cost_share, float(data["lambda"])), Estimate(**data["estimate"]),
                    AnswerScorer.from_dict(data["scorer"]) if data.get("scorer") else None,
-                   {k: float(v) for k, v in (data.get("escalate_below") or {}).items()}, dict(data.get("counts") or {}))
+                   _escalation(data.get("escalation"), cost_share), dict(data.get("counts") or {}))
 
     def retarget(self, target: float, reference: np.ndarray) -> RoutingFit:
         """The same fit with λ chosen anew for `target` on `reference` (the classifier's probabilities of the
         prompts to estimate on: recent traffic, or the probe's)."""
         p = self.p_right(reference)
         rule = rule_for_target(p, self.cost_share, target)
-        fit = RoutingFit(**{**self.__dict__, "target": target, "rule": rule})
+        fit = RoutingFit(**{**self.__dict__, "target": target, "rule": rule})  # the escalation rule stays the fit's
         fit.estimate = fit.estimate_for(reference, rule.choose(p))
         return fit
 
 
 def fit_routing(proba: np.ndarray, correct: np.ndarray, cost: np.ndarray, tiers: tuple[str, ...], target: float,
-                classifier_version: str, fingerprints: dict[str, str], seed: int = 0) -> RoutingFit:
+                classifier_version: str, fingerprints: dict[str, str], seed: int = 0,
+                results: Sequence[dict] | None = None) -> RoutingFit:
     """`proba`: the classifier's per-tier probabilities of the probe prompts; `correct`, `cost`: (n, n_tiers), NaN
-    where a tier did not answer a prompt. The reference prompts are the probe's own."""
+    where a tier did not answer a prompt; `results`: per prompt, tier -> its probe result (the answers, for the
+    answer scorer). The reference prompts are the probe's own."""
     calibration = fit_tier_calibration(proba, correct, tiers)
     rng = np.random.default_rng(seed)
     bootstrap = []
@@ -114,7 +127,17 @@ def fit_routing(proba: np.ndarray, correct: np.ndarray, cost: np.ndarray, tiers:
                      rule, Estimate(0.0, 0.0, 0.0, 0.0, 0),
                      counts={t: int((~np.isnan(correct[:, i])).sum()) for i, t in enumerate(tiers)})
     fit.estimate = fit.estimate_for(proba, rule.choose(p))
+    if results is not None:
+        fit.scorer, scores = fit_scorers(results, tuple(tiers), p, correct, seed)
+        fit.escalation = choose_escalation(p, scores, correct, cost, share, target)
     return fit
+
+
+def _escalation(data: dict[str, Any] | None, cost_share: tuple[float, ...]) -> EscalationRule | None:
+    if not data:
+        return None
+    return EscalationRule(TargetRule(cost_share, float(data["lambda"])), tuple(float(t) for t in data["thresholds"]),
+                          float(data["accuracy"]), float(data["cost_share"]))
 
 
 def cost_shares(cost: np.ndarray) -> tuple[float, ...]:

@@ -74,16 +74,18 @@ class Router:
         cumulative = np.cumsum(np.asarray(proba, dtype=np.float64))
         return {t: float(cumulative[min(TIER_ORDER.index(t), len(cumulative) - 1)]) for t in self.tiers}
 
-    def decide(self, proba: np.ndarray, quality: float | None = None,
-               classifier: Classifier | None = None) -> RoutingDecision:
-        """The decision for one row of `predict_proba` (of `classifier`, by default the router's own)."""
+    def decide(self, proba: np.ndarray, quality: float | None = None, classifier: Classifier | None = None,
+               verify: bool = False) -> RoutingDecision:
+        """The decision for one row of `predict_proba` (of `classifier`, by default the router's own); `verify`:
+        the answer will be judged (the cascade), so the first tier is the route-then-verify rule's."""
         version = (classifier or self.classifier).version
         scores = tuple(float(p) for p in proba)
         fit = self.target_fit(classifier) if quality is None else None
         if fit is not None:
             offsets = np.array([self.offsets.get(t, 0.0) for t in self.tiers])
             p_right = fit.p_right(np.asarray(proba))[0]
-            chosen = int(fit.rule.choose((p_right - offsets)[None, :])[0])
+            rule = fit.escalation.rule if verify and fit.escalation is not None else fit.rule
+            chosen = int(rule.choose((p_right - offsets)[None, :])[0])
             return RoutingDecision(self.tiers[chosen], "classifier", float(p_right[chosen]), scores, version)
         thresholds = self.thresholds(quality)
         for tier, p_good in self.good_enough(proba).items():
