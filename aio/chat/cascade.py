@@ -23,7 +23,8 @@ from aio.chat.tier_selection import TierSelector
 from aio.metrics import Metrics
 from aio.routing.context_routing import ContextRouting
 from aio.routing.outcome_fit import RoutingFit
-from aio.routing.policy import Verifier
+from aio.routing.verify import Verifier
+from aio.routing.reasons import Reason
 from tiers.pool import TierUnavailableError
 from tiers.tools.options import ChatOptions
 
@@ -120,7 +121,7 @@ class Cascade:
         """The request re-targeted at the next larger tier that is up, holds it and has queue room; else None."""
         try:
             selection = await self.tiers.fall_back(chat.tier, chat.decision, chat.messages, chat.max_tokens,
-                                                   chat.options, reason="cascade")
+                                                   chat.options, reason=Reason.CASCADE)
         except Exception as exc:  # noqa: BLE001 - e.g. a larger tier's tokenizer refuses the messages: keep the answer
             why = exc.message if isinstance(exc, APIError) else f"{type(exc).__name__}: {exc}"
             logger.warning("request %s: no cascade from %s: %s", chat.ctx.request_id, chat.tier.name, why)

@@ -12,7 +12,7 @@ from aio.chat.confidence import Measure, confidence as answer_confidence
 from aio.db.records import utcnow
 from aio.routing import RoutingDecision
 from aio.routing.conversation import ConversationKeys
-from aio.routing.policy import Verifier
+from aio.routing.verify import Verifier
 from tiers.engine.sampling_params import SamplingParams
 from tiers.pool import ChatChunk, Tier
 from tiers.tools.options import ChatOptions

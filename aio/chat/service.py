@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from typing import Any, AsyncIterator
 
-import numpy as np
 
 from aio.api.errors import APIError, invalid_request
 from aio.api.schemas import ChatCompletionRequest
@@ -21,10 +19,10 @@ from aio.chat.queue_admission import QUEUE_FULL_RETRY_AFTER_S, QueueAdmission
 from aio.chat.request_options import chat_options, reject_unsupported, wants_structure
 from aio.chat.tier_selection import TierSelector
 from aio.metrics import Metrics
-from aio.routing import ClassifierBatcher, Router, RoutingDecision
+from aio.routing import ClassifierBatcher, Router
 from aio.routing.context_routing import ContextRouting
+from aio.routing.policy import RoutingPolicy
 from aio.settings import Prices, TierSettings
-from classifier.features import messages_to_text
 from classifier.heuristic import HeuristicClassifier
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.pool import ChatChunk, Tier, TierPool, TierUnavailableError
@@ -34,7 +32,6 @@ logger = logging.getLogger(__name__)
 
 JUDGED_TOP_LOGPROBS = 2  # the chosen token and the best other, for the answer scorer's margins
 MAX_CHARS_PER_TOKEN = 32  # no tokenizer's token is longer: more characters than this per context token cannot fit
-CLASSIFIER_MAX_CHARS = 32_768  # the classifier reads at most this much of a prompt (its features cut earlier)
 
 
 class ChatService:
@@ -48,12 +45,14 @@ class ChatService:
         self.max_queue = {name: t.max_queue for name, t in tier_settings.items()}
         self.max_concurrent_requests = max_concurrent_requests
         self.queue_timeout_s = queue_timeout_s
-        self.structured_min_tier = structured_min_tier
+
         self.cascade_settings = cascade
         # A text the classifier fails on is routed by the heuristic rather than failing its batch-mates.
         self.classifier_batcher = ClassifierBatcher(fallback=HeuristicClassifier(n_tiers=len(pool))
                                                     if len(pool) > 1 else None)
         self.context_routing = ContextRouting()  # conversation stickiness, recent failed verifications
+        self.routing = RoutingPolicy(router, [t.name for t in pool], self.classifier_batcher, self.context_routing,
+                                     structured_min_tier)
         self.tiers = TierSelector(pool, tier_retry_after_s)
         prices = {name: t.prices for name, t in tier_settings.items()}
         self.accounting = Accounting(router, prices, prices[pool.tiers[-1].name], log, metrics, log_prompts,
@@ -112,11 +111,9 @@ class ChatService:
         max_tokens = body.max_completion_tokens or body.max_tokens
         if body.top_logprobs is not None and not body.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
-        decision, embedding = await self._route(body, messages, verify=cascade is not None)
-        decision, conversation = self.context_routing.adjust(decision, [t.name for t in self.pool], messages=messages,
-                                                             user=body.user, session=ctx.session,
-                                                             owner=str(ctx.key_id or ""), embedding=embedding)
-        decision = self._structured_floor(decision, options)
+        decision, conversation = await self.routing.decide(
+            self._named_tier(body.model), messages, quality=body.aio_quality, structured=wants_structure(options),
+            verify=cascade is not None, user=body.user, session=ctx.session, owner=str(ctx.key_id or ""))
         if self._in_flight >= self.max_concurrent_requests:
             raise APIError(429, f"the server is at its limit of {self.max_concurrent_requests} concurrent requests; "
                                 "retry later", code="server_busy", retry_after_s=QUEUE_FULL_RETRY_AFTER_S)
@@ -141,28 +138,16 @@ class ChatService:
                                 f"({largest} tokens) can hold; shorten the messages", param="messages",
                            code="context_length_exceeded")
 
-    def _structured_floor(self, decision: RoutingDecision, options: ChatOptions | None) -> RoutingDecision:
-        """A routed request with tools or a JSON format goes at least to `structured_min_tier`, when set."""
-        floor = self.structured_min_tier
-        if floor is None or decision.reason == "explicit" or not wants_structure(options) \
-                or self.pool.find(floor) is None or self.pool.index(decision.tier) >= self.pool.index(floor):
-            return decision
-        return replace(decision, tier=floor, reason="structured_min_tier")
-
-    async def _route(self, body: ChatCompletionRequest, messages: list[dict[str, str]], verify: bool = False
-                     ) -> tuple[RoutingDecision, np.ndarray | None]:
-        """`auto`: the classifier's choice (and the text's embedding); otherwise the tier the model names."""
-        if body.model == "auto":
-            classifier = self.router.classifier  # may be swapped meanwhile: decide with the one that scored
-            text = messages_to_text(messages)[:CLASSIFIER_MAX_CHARS]
-            score = await self.classifier_batcher.score(classifier, text)
-            return self.router.decide(score.proba, body.aio_quality, score.classifier, verify), score.embedding
-        tier = self.pool.find(body.model)
+    def _named_tier(self, model: str) -> str | None:
+        """The tier a named model means (None for `auto`); 404 for a model no tier serves."""
+        if model == "auto":
+            return None
+        tier = self.pool.find(model)
         if tier is None:
             names = ["auto"] + [t.name for t in self.pool] + [t.model for t in self.pool]
-            raise APIError(404, f"the model {body.model!r} does not exist; models: {', '.join(names)}",
+            raise APIError(404, f"the model {model!r} does not exist; models: {', '.join(names)}",
                            param="model", code="model_not_found")
-        return RoutingDecision(tier.name, "explicit"), None
+        return tier.name
 
     # ---- generation ---------------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from aio.api.errors import APIError, invalid_request
 from aio.routing import RoutingDecision
+from aio.routing.reasons import Reason
 from tiers.engine.sampling_params import InvalidRequestError
 from tiers.pool import Tier, TierPool, TierUnavailableError
 from tiers.tools.options import ChatOptions
@@ -54,7 +55,7 @@ class TierSelector:
         search = await self._search(self.pool.tiers[self.pool.index(decision.tier):], messages, max_tokens,
                                     options=options)
         if search.found is not None:
-            reason = "fallback" if search.down is not None else "escalation"
+            reason = Reason.FALLBACK if search.down is not None else Reason.ESCALATION
             return self._selection(decision, search, reason)
         if search.down is not None:
             raise APIError(503, f"tier {search.down.name} is unavailable and no larger tier can take the request; "
@@ -66,7 +67,7 @@ class TierSelector:
 
     async def fall_back(self, failed: Tier, decision: RoutingDecision, messages: list[dict[str, Any]],
                         max_tokens: int | None, options: ChatOptions | None = None,
-                        reason: str = "fallback") -> Selection | None:
+                        reason: str = Reason.FALLBACK) -> Selection | None:
         """The next tier larger than `failed` that is up and holds the request (also the confidence cascade's next
         step, with reason "cascade": tiers that are down are skipped alike)."""
         larger = self.pool.tiers[self.pool.index(failed.name) + 1:]

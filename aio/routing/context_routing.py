@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from aio.routing.conversation import ConversationKeys, ConversationTiers, conversation_keys
-from aio.routing.recent_failures import REASON_RECENT_FAILURE, RecentFailures
+from aio.routing.reasons import Reason
+from aio.routing.recent_failures import RecentFailures
 from aio.routing.router import RoutingDecision
 from aio.settings import TIER_ORDER
 
@@ -27,14 +28,14 @@ class ContextRouting:
                session: str | None = None, owner: str | None = None, embedding: np.ndarray | None = None
                ) -> tuple[RoutingDecision, ConversationKeys]:
         """The decision after recent failures and stickiness, and the conversation's keys (for `served`)."""
-        if decision.reason == "classifier":
+        if decision.reason == Reason.CLASSIFIER:
             match = self.failures.match(embedding, decision.classifier_version, tiers)
             if match is not None and TIER_ORDER.index(match.min_tier) > TIER_ORDER.index(decision.tier):
                 logger.info("routing up to %s: similar (%.3f) to a recent failed verification on %s", match.min_tier,
                             match.similarity, match.failed_tier)
-                decision = replace(decision, tier=match.min_tier, reason=REASON_RECENT_FAILURE)
+                decision = replace(decision, tier=match.min_tier, reason=Reason.RECENT_FAILURE)
         keys = conversation_keys(messages, user, session, owner)
-        if decision.reason == "explicit":
+        if decision.reason == Reason.EXPLICIT:
             return decision, keys  # a named model is the client's choice (`served` still remembers its tier)
         return self.conversations.apply(decision, keys, tiers), keys
 

@@ -17,10 +17,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
+from aio.routing.reasons import Reason
 from aio.routing.router import RoutingDecision
 from aio.settings import TIER_ORDER
 
-REASON_STICKY = "sticky"  # the conversation's earlier tier, larger than this turn alone needs
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class ConversationTiers:
         turn. `tiers`: the configured tiers (an earlier tier no longer configured is ignored)."""
         earlier = self.get(keys.lookup, now)
         if earlier is not None and earlier in tiers and TIER_ORDER.index(earlier) > TIER_ORDER.index(decision.tier):
-            decision = replace(decision, tier=earlier, reason=REASON_STICKY)
+            decision = replace(decision, tier=earlier, reason=Reason.STICKY)
         if keys.lookup is not None and keys.lookup != keys.store:
             with self._lock:
                 self._tiers.pop(keys.lookup, None)  # the conversation moved on: one entry per thread

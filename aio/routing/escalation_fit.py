@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from aio.routing.policy import route_then_verify
+from aio.routing.verify import route_then_verify
 from aio.routing.quality_target import LAMBDA_GRID, TargetRule
 from classifier.answer_scorer import AnswerEvidence, AnswerScorer, answer_features, fit_tier_scorer
 

@@ -17,7 +17,6 @@ import numpy as np
 
 from aio.settings import TIER_ORDER
 
-REASON_RECENT_FAILURE = "recent-failure"
 
 
 @dataclass(frozen=True)

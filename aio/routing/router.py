@@ -20,6 +20,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from aio.routing.outcome_fit import RoutingFit
+from aio.routing.reasons import Reason
 from aio.settings import TIER_ORDER
 
 
@@ -86,9 +87,9 @@ class Router:
             p_right = fit.p_right(np.asarray(proba))[0]
             rule = fit.escalation.rule if verify and fit.escalation is not None else fit.rule
             chosen = int(rule.choose((p_right - offsets)[None, :])[0])
-            return RoutingDecision(self.tiers[chosen], "classifier", float(p_right[chosen]), scores, version)
+            return RoutingDecision(self.tiers[chosen], Reason.CLASSIFIER, float(p_right[chosen]), scores, version)
         thresholds = self.thresholds(quality)
         for tier, p_good in self.good_enough(proba).items():
             if p_good >= thresholds[tier] - 1e-9 or tier == self.tiers[-1]:
-                return RoutingDecision(tier, "classifier", p_good, scores, version)
+                return RoutingDecision(tier, Reason.CLASSIFIER, p_good, scores, version)
         raise AssertionError("unreachable: the largest tier always accepts")
