@@ -17,6 +17,9 @@ def calibrate(budget: float | None = typer.Option(None, min=1, metavar="SECONDS"
                                                      "per tier (default: the setting probe_concurrency)"),
               yes: bool = typer.Option(False, "--yes", "-y", help="probe remote tiers without asking (they cost money)"),
               refit: bool = typer.Option(False, "--refit", help="fit routing to the stored outcomes; probe nothing"),
+              per_cell: int = typer.Option(8, min=1, metavar="N", help="generated probe tasks per category and "
+                                           "difficulty (the probe set's size; 24 made the shipped measurement)"),
+              crux: int = typer.Option(40, min=0, metavar="N", help="CRUXEval-O probe tasks (120 for the shipped one)"),
               as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
               config: Path | None = ConfigOption) -> None:
     """Send the built-in probe set (questions whose answers a program computes) to every tier, store each tier's
@@ -31,7 +34,7 @@ def calibrate(budget: float | None = typer.Option(None, min=1, metavar="SECONDS"
         try:
             report = asyncio.run(run(settings, engine, budget=budget or settings.probe_budget_s, max_tasks=max_tasks,
                                      concurrency=concurrency or settings.probe_concurrency, confirm_remote=_confirm(yes),
-                                     probe=not refit, progress=not as_json))
+                                     probe=not refit, progress=not as_json, per_cell=per_cell, crux=crux))
         except (ValueError, RuntimeError) as exc:
             raise fail(str(exc)) from None
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.table())

@@ -46,6 +46,13 @@ class CalibrationReport:
                   f"{e.relative_accuracy:.1%} [{e.low:.1%}, {e.high:.1%}] at {e.cost_share:.0%} of its cost, "
                   f"on the {e.num_prompts} probe prompts",
                   f"  cost per request as a share of {self.fit.tiers[-1]}'s: {shares}"]
+        if self.fit.escalation is not None:
+            esc = self.fit.escalation
+            below = ", ".join(f"{t} < {v:.2f}" for t, v in self.fit.escalate_below.items())
+            lines.append(f"  with the cascade on (route, then verify with the answer scorer): {esc.accuracy:.1%} at "
+                         f"{esc.cost_share:.0%} of the cost on the probe's outcomes; escalates answers scored {below}"
+                         + (" (none: escalating does not pay on these tiers)" if not any(
+                             self.fit.escalate_below.values()) else ""))
         return "\n".join(lines)
 
 
@@ -60,7 +67,8 @@ def wilson(k: int, n: int, z: float = 1.645) -> tuple[float, float]:
 
 
 async def run(settings: Settings, engine: Engine, *, budget: float, max_tasks: int | None, concurrency: int,
-              confirm_remote: Callable[[str], bool], probe: bool = True, progress: bool = True) -> CalibrationReport:
+              confirm_remote: Callable[[str], bool], probe: bool = True, progress: bool = True,
+              per_cell: int = 8, crux: int = 40) -> CalibrationReport:
     from aio.probing.fitting import refit
     from aio.routing import load_classifier
     from aio.tier_loader import build_pool, configured_tiers
@@ -75,7 +83,7 @@ async def run(settings: Settings, engine: Engine, *, budget: float, max_tasks: i
     if probe and todo:
         from probes.probe_set import probe_set
 
-        tasks = probe_set()[:max_tasks] if max_tasks else probe_set()
+        tasks = probe_set(per_cell, crux)[:max_tasks]
         remote = [n for n in todo if tier_settings[n].is_remote]
         if remote and not confirm_remote(_remote_cost(remote, tier_settings, tasks, settings.probe_max_remote_tasks)):
             skipped.update({n: "remote: not confirmed (--yes)" for n in remote})

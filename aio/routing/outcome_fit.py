@@ -69,13 +69,17 @@ class RoutingFit:
         p = self.p_right(proba)
         return self.rule.choose(p if offsets is None else p - offsets[None, :])
 
-    def estimate_for(self, proba: np.ndarray, chosen: np.ndarray) -> Estimate:
-        """The estimate, with the bootstrap refits' interval, for serving rows of `proba` on `chosen`."""
+    def estimate_for(self, proba: np.ndarray, chosen: np.ndarray, cost: np.ndarray | None = None) -> Estimate:
+        """The estimate, with the bootstrap refits' interval, for serving rows of `proba` on `chosen`; its cost share
+        from `cost` (n, tiers) where the rows' costs are known (the probe's), else from the tiers' mean shares."""
         point = relative_accuracy(self.p_right(proba), chosen)
         spread = [relative_accuracy(TierCalibration(self.tiers, w, self.calibration.num_outcomes).predict(proba),
                                     chosen) for w in self.bootstrap]
         low, high = (np.quantile(spread, [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2]) if spread else (point, point))
-        return Estimate(point, float(low), float(high), cost_fraction(self.cost_share, chosen), len(chosen))
+        share = cost_fraction(self.cost_share, chosen)
+        if cost is not None and not np.isnan(cost).any():
+            share = float(cost[np.arange(len(chosen)), chosen].sum() / max(cost[:, -1].sum(), 1e-12))
+        return Estimate(point, float(low), float(high), share, len(chosen))
 
     def to_dict(self) -> dict[str, Any]:
         return {"classifier_version": self.classifier_version, "tiers": list(self.tiers),
@@ -126,7 +130,7 @@ def fit_routing(proba: np.ndarray, correct: np.ndarray, cost: np.ndarray, tiers:
     fit = RoutingFit(classifier_version, tuple(tiers), dict(fingerprints), calibration, bootstrap, share, target,
                      rule, Estimate(0.0, 0.0, 0.0, 0.0, 0),
                      counts={t: int((~np.isnan(correct[:, i])).sum()) for i, t in enumerate(tiers)})
-    fit.estimate = fit.estimate_for(proba, rule.choose(p))
+    fit.estimate = fit.estimate_for(proba, rule.choose(p), cost)
     if results is not None:
         fit.scorer, scores = fit_scorers(results, tuple(tiers), p, correct, seed)
         fit.escalation = choose_escalation(p, scores, correct, cost, share, target)
