@@ -260,8 +260,10 @@ def test_dashboard_renders_its_charts_escapes_the_log_and_logs_no_errors(server,
     for canvas in canvases:
         assert canvas["chart"] and canvas["width"] > 0 and canvas["height"] > 0 and canvas["painted"] > 100, canvas
 
-    assert browser.evaluate("document.getElementById('kpi-tiles').children.length") == 8
+    assert browser.evaluate("document.getElementById('kpi-tiles').children.length") == 9
     assert browser.evaluate("document.getElementById('kpi-tiles').textContent.includes('$')")
+    estimate = browser.evaluate("document.getElementById('tile-estimate').textContent")
+    assert "Quality vs all-large (est.)" in estimate and "not measured" in estimate  # this server has no fit
     check_the_page_tells_the_truth_at_a_glance(browser)
 
     browser.evaluate("document.querySelector('#range-all select').value = '7d'; "

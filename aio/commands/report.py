@@ -92,11 +92,25 @@ def cost(since: str = typer.Option("7d", "--since", metavar="WHEN", help="24h, 7
         r = _range(since, until)
     except APIError as exc:
         raise fail(exc.message) from None
+    from aio.routing.fit_store import load_active
+    from aio.routing.quality_estimate import quality_estimate
+
     with database(config) as engine, engine.connect() as connection:
         summary = service.summary(connection, r)
+        active = load_active(engine)
+        summary["quality_estimate"] = quality_estimate(connection, active[1] if active else None, r.start, r.end)
     if output is Format.json:
         typer.echo(json.dumps(summary, indent=2))
     elif output is Format.csv:
         typer.echo(_csv(summary))
     else:
-        typer.echo(_table(summary))
+        typer.echo(_table(summary) + "\n" + _estimate_line(summary["quality_estimate"]))
+
+
+def _estimate_line(estimate: dict | None) -> str:
+    """The routing fit's estimate of the quality bought, beside the savings above."""
+    if estimate is None:
+        return "quality vs always-large: not estimated (the tiers are not measured: aio calibrate)"
+    return (f"quality vs always-large (estimated): {estimate['relative_accuracy']:.1%} "
+            f"[{estimate['low']:.1%}, {estimate['high']:.1%}] (90%), target {estimate['target']:.0%}, "
+            f"on {estimate['num_prompts']} {estimate['on']}")

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from sqlalchemy.engine import Connection
 
+from aio.routing.quality_estimate import quality_estimate
 from aio.dashboard import service
 from aio.dashboard.auth import COOKIE, require_admin, signed_in
 from aio.dashboard.login import SECURITY_HEADERS, STATIC, login_page
@@ -91,6 +92,8 @@ async def summary(state: State, r: Range) -> dict[str, Any]:
     data["demo_tiers"] = state.demo.note if state.demo is not None else None
     data["quality_limits"] = {"red_below": 1.0 - settings.quality_max_failure_rate,
                               "amber_below": 1.0 - settings.quality_recover_rate}
+    fit = state.router.target_fit()
+    data["quality_estimate"] = await _read(state, lambda c: quality_estimate(c, fit, r.start, r.end))
     return data
 
 

@@ -148,6 +148,15 @@ function demoBanner(note) {
     ". Costs, savings and quality here describe the demo, not a real deployment" + advice;
 }
 
+function estimateTile(tile, e) {
+  if (!e) return tile("tile-estimate", "Quality vs all-large (est.)", "–",
+    "tiers not measured yet: routing by the quality knob (aio calibrate)");
+  const band = `${pct(e.low)}–${pct(e.high)}`;
+  return tile("tile-estimate", "Quality vs all-large (est.)", pct(e.relative_accuracy),
+    `${band} (90%), target ${pct(e.target)}, on ${num(e.num_prompts)} ${e.on}`,
+    e.relative_accuracy + 1e-9 >= e.target ? "good" : "warn");
+}
+
 function renderSummary(data) {
   const t = data.total;
   const banner = document.getElementById("demo-banner");
@@ -171,7 +180,8 @@ function renderSummary(data) {
         ? `; limits ${pct(data.quality_limits.red_below)} / ${pct(data.quality_limits.amber_below)}` : ""), qualityCls),
     tile("tile-errors", "Error rate", pct(t.error_rate), `${num(t.errors)} of the served requests not ok; ` +
       `${num(t.rejected)} rejected (4xx) counted apart`, t.error_rate > 0.05 ? "bad" : ""),
-    tile("tile-ttft", "p95 TTFT", ms(t.ttft_p95_ms)));
+    tile("tile-ttft", "p95 TTFT", ms(t.ttft_p95_ms)),
+    estimateTile(tile, data.quality_estimate));
   const rows = Object.entries(data.tiers).map(([tier, v]) => [tier, num(v.requests), num(v.tokens), usd(v.cost_usd),
     usd(v.baseline_cost_usd), usd(v.savings_usd), v.savings_pct === null ? "–" : v.savings_pct.toFixed(1) + "%",
     pct(v.quality_pass_rate), pct(v.error_rate), ms(v.ttft_p95_ms)]);
