@@ -135,6 +135,7 @@ class Settings(BaseSettings):
     probe_concurrency: int = Field(4, ge=1, le=64)
     probe_max_tasks: int | None = Field(None, ge=1)  # at most this many probe tasks per tier (None: the whole set)
     probe_remote: bool = False
+    probe_shipped: bool = True  # use a measurement shipped with AIO when a tier's fingerprint matches it
     probe_max_remote_tasks: int = Field(40, ge=0)
     # the smallest tier routed requests with tools or a JSON response_format may go to (None: any tier)
     structured_min_tier: Literal["small", "medium", "large"] | None = None

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from aio.db.database import make_engine
+from aio.routing.probe_examples import SEED_HALF, probe_examples
 from aio.db.migrate import upgrade
 from aio.db.models import Request, Verification
 from aio.db.records import utcnow
@@ -112,9 +113,11 @@ def test_seed_rows_train_at_the_shipped_default_weights(engine, tmp_path, monkey
     report = retrain(engine, LookupClassifier("uniform", {}), tmp_path / "c", seed_path=seed,
                      train=oracle_trainer(0.9, seen), dry_run=True)
     (texts, weights), = seen
-    chat = {chat_text(i): 7.0 if i % 2 == 0 else None for i in range(60)}
-    assert all(chat.get(t, 1.0) == w for t, w in zip(texts, weights))  # no hard chat row reaches training
-    assert sum(w == 7.0 for w in weights) > 20  # most of the 30 easy chat rows are in training, not held out
+    factor = SEED_HALF / (SEED_HALF + 10)  # the seed's weight falls as the deployment's own outcomes (10) grow
+    chat = {chat_text(i): 7.0 * factor if i % 2 == 0 else None for i in range(60)}
+    math = {math_text(i): factor for i in range(30)}
+    assert all(chat.get(t, math.get(t, 1.0)) == pytest.approx(w) for t, w in zip(texts, weights))  # no hard chat
+    assert sum(w == pytest.approx(7.0 * factor) for w in weights) > 20  # most easy chat rows train, not held out
     counts = report.data_counts
     assert counts["train"] + counts["holdout"] == 30 + 30 + 10  # the 30 hard chat rows are left out
 
@@ -283,3 +286,22 @@ def test_cli_classifier_and_router_commands(database_url, tmp_path):
         db.dispose()
     assert "offsets: none" in run("router", "thresholds", "--reset")
     assert "stays in service" in run("retrain", "--no-seed", code=1)
+
+
+def test_probe_outcomes_become_training_rows_labelled_by_the_cheapest_right_tier(engine):
+    from aio.probing.store import ProbeOutcome, ProbeStore
+
+    store = ProbeStore(engine)
+    right = {"t-small": (True, True, True), "t-medium": (False, True, True), "t-large": (False, False, True),
+             "t-none": (False, False, False), "t-only-two": (True, True, None)}
+    for tier, fingerprint in (("small", "fp-s"), ("medium", "fp-m"), ("large", "fp-l"), ("large", "fp-old")):
+        store.begin(fingerprint, tier, tier, "probe-v1", 5)
+        for task, outcomes in right.items():
+            index = ("small", "medium", "large").index(tier)
+            if outcomes[index] is not None and fingerprint != "fp-old":
+                store.add(ProbeOutcome(fingerprint, tier, task, "arithmetic", 1, f"prompt of {task}", "a",
+                                       outcomes[index], "stop", 10, 3, 0.0))
+        store.finish(fingerprint)
+    store.finish("fp-l")  # the latest measurement of large
+    labels = {text.removeprefix("prompt of "): label for text, label in probe_examples(engine)}
+    assert labels == {"t-small": 0, "t-medium": 1, "t-large": 2, "t-none": 0}  # t-only-two: large never answered

@@ -77,7 +77,8 @@ async def run(settings: Settings, engine: Engine, *, budget: float, max_tasks: i
     names = sorted(tier_settings, key=TIER_ORDER.index)
     fingerprints = {name: tier_fingerprint(tier_settings[name], settings.home) for name in names}
     store = ProbeStore(engine)
-    import_shipped(store, fingerprints)
+    if settings.probe_shipped:
+        import_shipped(store, fingerprints)
     skipped: dict[str, str] = {}
     todo = [n for n in names if not ((s := store.status(fingerprints[n])) and s.measured)]
     if probe and todo:

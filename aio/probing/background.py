@@ -33,11 +33,13 @@ class TierMeasurements:
     fingerprints: dict[str, str] = field(default_factory=dict)
     task: asyncio.Task | None = None
 
-    async def prepare(self) -> None:
-        """Computes the fingerprints (hashing model files, cached under the home) and imports the shipped
-        measurements that match them."""
+    async def prepare(self, shipped: bool = True) -> None:
+        """Computes the fingerprints (hashing model files, cached under the home) and, with `shipped`, imports the
+        shipped measurements that match them."""
         self.fingerprints = await asyncio.to_thread(
             lambda: {t.name: tier_fingerprint(self.tier_settings[t.name], self.home) for t in self.pool})
+        if not shipped:
+            return
         imported = await asyncio.to_thread(import_shipped, ProbeStore(self.db), self.fingerprints)
         if imported:
             logger.info("tiers %s: the measurement shipped with AIO for their model files is in the log",

@@ -52,6 +52,13 @@ class RoutingFit:
     scorer: AnswerScorer | None = None
     escalation: EscalationRule | None = None  # route-then-verify for the target (requests that cascade)
     counts: dict[str, int] = field(default_factory=dict)
+    reference: np.ndarray | None = None  # the probe prompts' classifier probabilities: λ is chosen on them
+
+    def rule_for(self, target: float) -> TargetRule:
+        """The rule for another target, chosen on the same reference prompts."""
+        if self.reference is None:
+            raise ValueError("this fit keeps no reference prompts: fit it again (aio calibrate --refit)")
+        return rule_for_target(self.p_right(self.reference), self.cost_share, target)
 
     @property
     def escalate_below(self) -> dict[str, float]:
@@ -90,7 +97,8 @@ class RoutingFit:
                 "escalation": None if self.escalation is None else {
                     "lambda": self.escalation.rule.lam, "thresholds": list(self.escalation.thresholds),
                     "accuracy": self.escalation.accuracy, "cost_share": self.escalation.cost_share},
-                "counts": self.counts}
+                "counts": self.counts,
+                "reference": None if self.reference is None else np.round(self.reference, 5).tolist()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoutingFit:
@@ -100,7 +108,8 @@ class RoutingFit:
                    [np.asarray(w, dtype=np.float64) for w in data["bootstrap"]], cost_share, float(data["target"]),
                    TargetRule(cost_share, float(data["lambda"])), Estimate(**data["estimate"]),
                    AnswerScorer.from_dict(data["scorer"]) if data.get("scorer") else None,
-                   _escalation(data.get("escalation"), cost_share), dict(data.get("counts") or {}))
+                   _escalation(data.get("escalation"), cost_share), dict(data.get("counts") or {}),
+                   np.asarray(data["reference"], dtype=np.float64) if data.get("reference") else None)
 
     def retarget(self, target: float, reference: np.ndarray) -> RoutingFit:
         """The same fit with λ chosen anew for `target` on `reference` (the classifier's probabilities of the
@@ -129,7 +138,8 @@ def fit_routing(proba: np.ndarray, correct: np.ndarray, cost: np.ndarray, tiers:
     rule = rule_for_target(p, share, target)
     fit = RoutingFit(classifier_version, tuple(tiers), dict(fingerprints), calibration, bootstrap, share, target,
                      rule, Estimate(0.0, 0.0, 0.0, 0.0, 0),
-                     counts={t: int((~np.isnan(correct[:, i])).sum()) for i, t in enumerate(tiers)})
+                     counts={t: int((~np.isnan(correct[:, i])).sum()) for i, t in enumerate(tiers)},
+                     reference=np.asarray(proba, dtype=np.float64))
     fit.estimate = fit.estimate_for(proba, rule.choose(p), cost)
     if results is not None:
         fit.scorer, scores = fit_scorers(results, tuple(tiers), p, correct, seed)

@@ -2,7 +2,8 @@
 evaluated against the classifier in service on held-out data, promoted only if it is not worse.
 
 Labels from the log: a verified low-tier answer that passed means that tier sufficed (label = its index); one that
-failed means the query needed the reference tier (label = the reference tier's index, normally large). The
+failed means the query needed the reference tier (label = the reference tier's index, normally large). The probe's
+outcomes join them (`probe_examples`), and the seed rows' weight falls as these own outcomes grow. The
 held-out set is a fixed hash split of all examples (`is_holdout`), so every retrain judges on the same kind of
 data and the shipped default never trained on the seed rows that are held out.
 """
@@ -26,6 +27,7 @@ from aio.db.models import Request, Verification
 from aio.db.records import utcnow
 from aio.routing import registry
 from aio.routing.embedding_cache import EmbeddingCache
+from aio.routing.probe_examples import SOURCE as PROBE_SOURCE, probe_examples, seed_factor
 from aio.routing.progress import NoProgress, Progress
 from aio.settings import TIER_ORDER
 from classifier.seed import is_holdout, seed_weight
@@ -190,11 +192,18 @@ def _default_train(texts: list[str], labels: list[int], n_tiers: int, sample_wei
                                       encoder_path=encoder, sample_weight=sample_weight)
 
 
-def training_weights(sources: Sequence[str], labels: Sequence[int]) -> np.ndarray:
+def training_weights(sources: Sequence[str], labels: Sequence[int], own: int = 0) -> np.ndarray:
     """The weight of each example: seed rows as the shipped default weighs them (`classifier.seed.seed_weight`:
-    hand-labelled chat rows by their label), the monitor's verdicts 1."""
-    return np.array([seed_weight(s.removeprefix(SEED_PREFIX), label) if s.startswith(SEED_PREFIX) else 1.0
+    hand-labelled chat rows by their label), times `probe_examples.seed_factor` of the deployment's `own` rows; the
+    monitor's verdicts and the probe's outcomes 1."""
+    factor = seed_factor(own)
+    return np.array([factor * seed_weight(s.removeprefix(SEED_PREFIX), label) if s.startswith(SEED_PREFIX) else 1.0
                      for s, label in zip(sources, labels, strict=True)])
+
+
+def own_rows(sources: Sequence[str]) -> int:
+    """The deployment's own outcomes among the examples: the monitor's verdicts and the probe's."""
+    return sum(not s.startswith(SEED_PREFIX) for s in sources)
 
 
 class _Stages:
@@ -255,11 +264,13 @@ def _retrain(engine: Engine, current: Any, output_dir: Path, stage: _Stages, *, 
     data = seed_examples(seed_path) if use_seed else Examples()
     for text, label, source in zip(log.texts, log.labels, log.sources):
         data.add(text, label, source)
+    for text, label in probe_examples(engine):
+        data.add(text, label, PROBE_SOURCE)
     n_tiers = len(TIER_ORDER)
     train_set, holdout, train_weights = Examples(), Examples(), []
     # a row at weight 0 (a hand label of hardness, see classifier.seed) is neither trained on nor judged by
     for text, label, source, weight in zip(data.texts, data.labels, data.sources,
-                                           training_weights(data.sources, data.labels)):
+                                           training_weights(data.sources, data.labels, own_rows(data.sources))):
         if weight > 0 and is_holdout(text):
             holdout.add(text, label, source)
         elif weight > 0:

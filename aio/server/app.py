@@ -97,7 +97,7 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
         classifier = await asyncio.to_thread(load_classifier, settings.classifier_path, db, cache_dir)
         router = Router(classifier, [t.name for t in pool], settings.quality)
         measurements = TierMeasurements(db, pool, tier_settings, settings.home)
-        await measurements.prepare()
+        await measurements.prepare(settings.probe_shipped)
         refit = partial(refit_routing, db, router, measurements.fingerprints, settings.quality_target)
         watcher = RouterWatcher(router, db, settings.quality, settings.classifier_poll_interval_s,
                                 pinned=settings.classifier_path is not None, cache_dir=cache_dir,

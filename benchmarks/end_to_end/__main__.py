@@ -12,7 +12,11 @@ Phases (each server a fresh process on one temporary home and SQLite log; the fa
      threshold; then `aio retrain` runs on the log (phase B's verdicts: A logs none);
   C  monitor off, the classifier that retrain left in service: the evaluation part through `auto` (after); a
      control retrain on a copy of the log without its verdicts (the seed data alone), scored in this process;
-  D  monitor on: the evaluation part on small and medium by name; the verdicts are compared with the truth.
+  D  monitor on: the evaluation part on small and medium by name; the verdicts are compared with the truth;
+  O1, O2  out of the box (benchmarks.end_to_end.out_of_box): fresh homes routing by the default quality target,
+     with the shipped measurement and with the automatic probe; routing fitted to the outcomes is also scored on
+     phase A's per-tier answers with the product's own code (benchmarks.end_to_end.learned).
+Phases B-D keep the quality knob (no measurement: AIO_PROBE_SHIPPED=false), as before the quality target.
 Prints the figures with 90% bootstrap intervals and one JSON line; see docs/end_to_end.md for how to read them."""
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.end_to_end import report
+from benchmarks.end_to_end import learned, out_of_box, report
 from benchmarks.end_to_end.curves import fit_threshold
 from benchmarks.end_to_end.policies import TIERS, TierAnswers
 from benchmarks.end_to_end.request_log import logged_requests, logged_verdicts
@@ -47,14 +51,15 @@ class Bench:
         self.home = home
         self.database_url = f"sqlite:///{home / 'aio.db'}"
 
-    def server(self, monitor: bool):
+    def server(self, monitor: bool, home: Path | None = None, **extra_env: str):
         from tests.servers import start_server  # the suite's helper for a live `aio serve`
 
-        env = dict(AIO_DEMO_MODEL="family", AIO_MONITOR_MODE="off",
-                   AIO_QUALITY_REPLAY_MAX_TOKENS=str(self.args.max_tokens))
+        env = dict(AIO_DEMO_MODEL="family", AIO_MONITOR_MODE="off", AIO_PROBE_SHIPPED="false",
+                   AIO_QUALITY_REPLAY_MAX_TOKENS=str(self.args.max_tokens))  # phases B-D: the quality knob
         if monitor:
             env.update(MONITOR_ON)
-        return start_server(None, self.home, self.database_url, timeout=900, **env)
+        home = home or self.home
+        return start_server(None, home, f"sqlite:///{home / 'aio.db'}", timeout=900, **{**env, **extra_env})
 
     def send(self, server, tasks: list[Task], phase: str, model: str, **kwargs) -> list[Answer]:
         start = time.perf_counter()
@@ -152,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write every figure and per-task outcome as JSON here")
     parser.add_argument("--plot", type=Path, help="write the cost-accuracy curves as a PNG here")
     parser.add_argument("--keep-log", type=Path, help="copy the SQLite request log (every phase) here")
+    parser.add_argument("--skip-probe-phase", action="store_true", help="leave out O2 (the automatic probe)")
     args = parser.parse_args(argv)
     workload = load_workload(args.seed, args.eval_generated, args.eval_crux)
     train, evaluation = workload.train, workload.eval
@@ -206,6 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
 
+        models = (home / "models").resolve()
+        print("O1: a fresh home with the shipped measurement: auto at the default quality target", flush=True)
+        results["out_of_box"], fit = {}, None
+        results["out_of_box"]["shipped"], fit = out_of_box.shipped_phase(bench, models, evaluation, answers)
+        if not args.skip_probe_phase:
+            print("O2: a fresh home without it: the automatic probe (killed once), then auto", flush=True)
+            results["out_of_box"]["probe"] = out_of_box.probe_phase(bench, models, evaluation, answers)
+        results["learned"] = learned.figures(fit, scores_before, answers, by_tier)
+
         live = {"always-" + t: latencies(by_tier[t], bench.database_url) for t in TIERS}
         live["auto (live, shipped classifier)"] = latencies(auto_before, bench.database_url)
         live["auto + cascade (live)"] = latencies(cascade_live, bench.database_url)
@@ -219,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         results["per_tier_by_category"] = report.by_category(evaluation, answers)
         if args.keep_log:
             shutil.copyfile(home / "aio.db", args.keep_log)
-    print(report.text(results), flush=True)
+    print(report.text(results) + learned.text(results), flush=True)
     if args.plot:
         report.plot(results, args.plot)
     if args.out:

@@ -6,7 +6,7 @@ aio.chat.cascade does, while the answer's confidence is below the threshold, pay
 Figures carry 90% bootstrap intervals over tasks (the same resampled tasks for every policy)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np

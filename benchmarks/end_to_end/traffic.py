@@ -25,6 +25,8 @@ class Answer:
     logprobs: list[float] | None  # the chosen tokens', when asked
     client_latency_s: float
     error: str | None = None
+    margins: list[float | None] | None = None  # chosen logprob minus the best other token's, when top 2 were asked
+    finish_reason: str | None = None
 
 
 def _request_id(response_id: str) -> str:
@@ -37,15 +39,24 @@ async def _send(client: openai.AsyncOpenAI, task: Task, phase: str, model: str, 
     try:
         response = await client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": task.prompt}], max_tokens=max_tokens,
-            temperature=0, logprobs=logprobs or None, extra_body=extra_body or None)
+            temperature=0, logprobs=logprobs or None, top_logprobs=2 if logprobs else None,
+            extra_body=extra_body or None)
     except openai.APIError as exc:
         return Answer(task.id, phase, model, None, "", 0, 0, None, time.perf_counter() - start,
                       f"{type(exc).__name__}: {exc}")
     choice = response.choices[0]
-    chosen = [c.logprob for c in choice.logprobs.content] if choice.logprobs and choice.logprobs.content else None
+    content = choice.logprobs.content if choice.logprobs and choice.logprobs.content else None
+    chosen = [c.logprob for c in content] if content else None
+    margins = [_margin(c) for c in content] if content else None
     return Answer(task.id, phase, model, _request_id(response.id), choice.message.content or "",
                   response.usage.prompt_tokens, response.usage.completion_tokens, chosen,
-                  time.perf_counter() - start)
+                  time.perf_counter() - start, margins=margins, finish_reason=choice.finish_reason)
+
+
+def _margin(entry) -> float | None:
+    """As the server's answer scorer reads it: the chosen token's logprob minus the best other token's."""
+    others = [t.logprob for t in (entry.top_logprobs or []) if t.token != entry.token]
+    return entry.logprob - others[0] if others else None
 
 
 async def _send_all(base_url: str, tasks: Sequence[Task], phase: str, model: str, concurrency: int,
