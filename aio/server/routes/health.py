@@ -58,7 +58,10 @@ async def ready(state: State) -> JSONResponse:
 def _routing(state) -> dict:
     """Which tiers are measured (a measurement in progress does not make a replica unready: it serves meanwhile),
     and the rule `auto` routes with."""
-    measured = state.measurements.status() if state.measurements is not None else {}
+    try:
+        measured = state.measurements.status() if state.measurements is not None else {}
+    except Exception as exc:  # the database is down: /ready stays up and says so
+        measured = {"unknown": {"status": f"database unreachable: {type(exc).__name__}"}}
     fit = state.router.target_fit()
     rule = {"rule": "quality_target", "target": fit.target, "estimate": fit.estimate.to_dict()} if fit is not None \
         else {"rule": "quality_knob", "quality": state.router.quality}
