@@ -22,7 +22,7 @@ from typing import Any
 
 import regex
 
-from tiers.engine.schema_refs import DEFINITIONS, JsonSchema, SchemaGraph, schema_graph, subschemas
+from tiers.engine.schema_refs import JsonSchema, SchemaGraph, schema_graph
 
 MAX_DEPTH = 128  # inline nesting of schema objects the check walks; a deeper schema is refused
 MATCH_BUDGET_S = 0.2  # regex matching time for one check (catastrophic backtracking stops there); then "unsure"
@@ -44,7 +44,7 @@ def empty_ref_cycle(root: JsonSchema, graph: SchemaGraph | None = None) -> list[
     check = _Satisfiable(graph, {key: False for key in targets})
     dependents: dict[int, list[int]] = {key: [] for key in targets}
     for key, (_, target) in targets.items():
-        for used in _targets_in(target, graph):
+        for used in graph.targets_in(target):
             dependents[used].append(key)
     queue, queued = deque(targets), set(targets)
     while queue:  # a target is checked again only when one it refers to became inhabited
@@ -158,27 +158,11 @@ def _cycle(root: JsonSchema, graph: SchemaGraph, empty: set[int]) -> list[str]:
     key = id(root)
     while key not in path:
         path.append(key)
-        following = [t for t in _targets_in(schemas[key], graph) if t in empty]
+        following = [t for t in graph.targets_in(schemas[key]) if t in empty]
         if not following:
             return [labels[k] for k in path]
         key = following[0]
     return [labels[k] for k in path[path.index(key):]] + [labels[key]]
-
-
-def _targets_in(schema: JsonSchema, graph: SchemaGraph) -> list[int]:
-    """id() of the object targets of the `$ref`s inside `schema` (itself included, `$defs` not entered), in
-    document order."""
-    found: list[int] = []
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if not isinstance(node, dict):
-            continue
-        ref = graph.ref(node)
-        if ref is not None and isinstance(ref.target, dict):
-            found.append(id(ref.target))
-        stack.extend(reversed([sub for key, sub in subschemas(node) if key not in DEFINITIONS]))
-    return found
 
 
 def _list(value: Any) -> list:

@@ -22,7 +22,7 @@ def expanded_depth(graph: SchemaGraph) -> int:
         return 0
     vertices = {id(root): root, **{key: target for key, (_, target) in graph.targets().items()}}
     heights = _inline_heights(graph)
-    edges = {key: _referenced(schema, graph) for key, schema in vertices.items()}
+    edges = {key: graph.targets_in(schema) for key, schema in vertices.items()}
     best: dict[int, int] = {}  # component -> heaviest path from it
     component_of: dict[int, int] = {}
     for number, members in enumerate(_components(vertices, edges)):  # successors' components come first
@@ -41,21 +41,6 @@ def _inline_heights(graph: SchemaGraph) -> dict[int, int]:
         heights[id(schema)] = 1 + max((heights.get(id(sub), 1) for key, sub in subschemas(schema)
                                        if key not in DEFINITIONS), default=0)
     return heights
-
-
-def _referenced(schema: dict[str, Any], graph: SchemaGraph) -> list[int]:
-    """id() of each object target that a `$ref` inside `schema` (itself included, `$defs` not entered) points to."""
-    found: list[int] = []
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if not isinstance(node, dict):
-            continue
-        ref = graph.ref(node)
-        if ref is not None and isinstance(ref.target, dict):
-            found.append(id(ref.target))
-        stack.extend(sub for key, sub in subschemas(node) if key not in DEFINITIONS)
-    return found
 
 
 def _components(vertices: dict[int, Any], edges: dict[int, list[int]]) -> list[list[int]]:

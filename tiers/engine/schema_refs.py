@@ -57,6 +57,21 @@ class SchemaGraph:
     def ref(self, schema: Any) -> Ref | None:
         return self.refs.get(id(schema)) if isinstance(schema, dict) else None
 
+    def targets_in(self, schema: Any) -> list[int]:
+        """id() of the object targets of the `$ref`s inside `schema` (itself included, `$defs` not entered), in
+        document order."""
+        found: list[int] = []
+        stack: list[Any] = [schema]
+        while stack:
+            node = stack.pop()
+            if not isinstance(node, dict):
+                continue
+            ref = self.ref(node)
+            if ref is not None and isinstance(ref.target, dict):
+                found.append(id(ref.target))
+            stack.extend(reversed([sub for key, sub in subschemas(node) if key not in DEFINITIONS]))
+        return found
+
     def targets(self) -> dict[int, tuple[str, dict[str, Any]]]:
         """id(target) -> (the first `$ref` written to it, the target), for every resolved object target."""
         found: dict[int, tuple[str, dict[str, Any]]] = {}
