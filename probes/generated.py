@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 # the category modules register their templates into TEMPLATES when imported
-from . import tasks_arithmetic, tasks_dates_units, tasks_logic, tasks_strings_lists  # noqa: F401
+from . import tasks_arithmetic, tasks_code, tasks_dates_units, tasks_knowledge, tasks_logic, tasks_strings_lists  # noqa: F401
 from .tasks_logic import solve_ordering, solve_truth_chain
 from .templates import CATEGORIES, DIFFICULTIES, TEMPLATES, Item, Template, ordinal, plural, template
 

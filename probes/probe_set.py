@@ -2,7 +2,8 @@
 how well the tiers actually served answer (docs/routing.md, "Probing the tiers").
 
 Policy:
-- Generated tasks: per (category, difficulty) cell, the tasks of the probed half (`split.PROBED`) in index order,
+- Generated tasks (arithmetic, strings and lists, dates and units, logic, knowledge, code): per (category,
+  difficulty) cell, the tasks of the probed half (`split.PROBED`) in index order,
   skipping any question that one of the cell's first `RESERVED_PER_CELL` held-out tasks asks (the tasks a benchmark
   evaluates on), and any question already drawn.
 - CRUXEval-O: the shipped rows of the routing data's train file (`crux_data`), in a seeded order, each with its
@@ -18,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import generated
 from .crux import compute_truth, CruxItem
 from .crux_data import read_shipped
-from .split import HELD_OUT, PROBED, split_of
+from .split import HELD_OUT, HELD_OUT_CATEGORIES, PROBED, split_of
 from .task import Task, crux_task, generated_task
 
 PROBE_SEED = 0  # the generators' seed; the held-out half is the same one the end-to-end benchmark evaluates on
@@ -42,9 +43,10 @@ def _cell_tasks(seed: int, category: str, difficulty: int, wanted: int) -> list[
     drawn: list[generated.GeneratedTask] = []
     seen: set[str] = set()
     for index, task in enumerate(generated.iter_cell(seed, category, difficulty)):
-        if index >= MAX_SCAN or (len(drawn) >= wanted and len(reserved) >= RESERVED_PER_CELL):
+        if index >= MAX_SCAN or (len(drawn) >= wanted and (len(reserved) >= RESERVED_PER_CELL
+                                                          or category not in HELD_OUT_CATEGORIES)):
             break
-        if split_of(task.id, seed) == HELD_OUT:
+        if category in HELD_OUT_CATEGORIES and split_of(task.id, seed) == HELD_OUT:
             if len(reserved) < RESERVED_PER_CELL:
                 reserved.add(task.question)
         elif task.question not in seen and len(drawn) < 4 * wanted + RESERVED_PER_CELL:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .code_check import passes
 from .crux import CruxItem
 from .extract import extract_answer, matches
 from .generated import GeneratedTask
@@ -24,10 +25,12 @@ class Task:
     difficulty: int  # 1..4; for CRUX, from the reference models' outcomes (`CruxRow.difficulty`)
     prompt: str  # the user message, ending with ANSWER_INSTRUCTION
     truth: str
-    kind: str  # how `extract.matches` compares: "literal", "number" or "text"
+    kind: str  # how `extract.matches` compares: "literal", "number" or "text"; "code": `code_check` runs it
 
     def is_right(self, reply: str) -> bool:
-        """Whether `reply`'s final answer matches the truth."""
+        """Whether `reply`'s final answer matches the truth (for code: whether its function passes the tests)."""
+        if self.kind == "code":
+            return passes(reply, self.truth)
         return matches(extract_answer(reply), self.truth, self.kind)
 
 
@@ -41,5 +44,5 @@ def crux_task(item: CruxItem) -> Task:
 
 
 def generated_task(task: GeneratedTask) -> Task:
-    return Task(task.id, "generated", task.category, task.difficulty, with_instruction(task.question),
-                task.truth, task.kind)
+    prompt = task.question if task.kind == "code" else with_instruction(task.question)  # code: its own instruction
+    return Task(task.id, "generated", task.category, task.difficulty, prompt, task.truth, task.kind)

@@ -1,7 +1,7 @@
 """The registry and shared pieces of the generated tasks: the cells, `template`, the word lists and helpers.
 
 Each category's templates live in a module of their own (`tasks_arithmetic`, `tasks_strings_lists`,
-`tasks_dates_units`, `tasks_logic`) and register themselves into `TEMPLATES` with `@template(category,
+`tasks_dates_units`, `tasks_logic`, `tasks_knowledge`, `tasks_code`) and register themselves into `TEMPLATES` with `@template(category,
 difficulty)` when imported; `generated` imports them all. A cell's list keeps its templates in definition order,
 which is the order `random.choice` draws from, so reordering the templates of a cell changes every seed's tasks.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import date
 from fractions import Fraction
 
-CATEGORIES = ("arithmetic", "strings_lists", "dates_units", "logic")
+CATEGORIES = ("arithmetic", "strings_lists", "dates_units", "logic", "knowledge", "code")
 DIFFICULTIES = (1, 2, 3, 4)
 
 

@@ -15,7 +15,7 @@ from probes import Task
 
 logger = logging.getLogger(__name__)
 
-PROBE_SET_VERSION = "probe-v1"
+PROBE_SET_VERSION = "probe-v2"  # v2: knowledge and code tasks joined
 DEFAULT_BUDGET_S = 540.0  # every tier together; leaves room under 10 minutes for start-up and the fit
 DEFAULT_MAX_REMOTE_TASKS = 40
 

@@ -16,6 +16,7 @@ from tiers.pool import Tier
 
 PROBE_PRIORITY = 10  # the quality monitor's replays' priority: behind every live request
 MAX_NEW_TOKENS = 96
+MAX_CODE_TOKENS = 192  # a function takes more room than a final answer
 TOP_LOGPROBS = 2  # the best alternative per token, for the answer scorer's margins
 
 
@@ -26,8 +27,9 @@ class ProbeTarget:
     prices: Prices
 
 
-async def answer(target: ProbeTarget, task: Task, max_tokens: int = MAX_NEW_TOKENS) -> ProbeOutcome:
+async def answer(target: ProbeTarget, task: Task, max_tokens: int | None = None) -> ProbeOutcome:
     """The tier's scored answer to `task` (raises what the tier raises)."""
+    max_tokens = max_tokens or (MAX_CODE_TOKENS if task.kind == "code" else MAX_NEW_TOKENS)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, logprobs=TOP_LOGPROBS)
     text, logprobs, margins = [], [], []
     finish, prompt_tokens, completion_tokens = None, 0, 0

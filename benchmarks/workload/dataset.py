@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from probes import generated
 from probes.crux import load_crux
-from probes.split import split_of
+from probes.split import HELD_OUT_CATEGORIES, split_of
 from probes.task import ANSWER_INSTRUCTION, CRUX_VALUE_NOTE, Task, crux_task, generated_task, with_instruction
 
 __all__ = ["ANSWER_INSTRUCTION", "CRUX_VALUE_NOTE", "DEFAULT_CRUX_LIMIT", "DEFAULT_N_GENERATED", "Task", "Workload",
@@ -26,6 +26,9 @@ __all__ = ["ANSWER_INSTRUCTION", "CRUX_VALUE_NOTE", "DEFAULT_CRUX_LIMIT", "DEFAU
 
 DEFAULT_N_GENERATED = 80
 DEFAULT_CRUX_LIMIT = 40
+# The benchmark's categories: those with a held-out half (the probe set also has knowledge and code tasks, all of
+# them probed), the four it was built with, so the evaluation part stays the same tasks from run to run.
+WORKLOAD_CATEGORIES = HELD_OUT_CATEGORIES
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class Workload:
 
 
 def _generated_split(seed: int, n_per_split: int) -> tuple[list[Task], list[Task]]:
-    cells = [(c, d) for d in generated.DIFFICULTIES for c in generated.CATEGORIES]
+    cells = [(c, d) for d in generated.DIFFICULTIES for c in WORKLOAD_CATEGORIES]
     quotas = [n_per_split // len(cells) + (i < n_per_split % len(cells)) for i in range(len(cells))]
     seen: set[str] = set()
     out: dict[str, list[Task]] = {"train": [], "eval": []}
