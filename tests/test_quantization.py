@@ -203,3 +203,15 @@ def test_int8_lm_head_shares_its_rows_with_the_tied_embedding():
     got = prefill_logits(model, ids)
     assert (got - expected).abs().max() <= 0.03 * expected.abs().max()  # bf16 activations and scales
     assert torch.equal(got.argmax(-1), expected.argmax(-1))
+
+
+def test_a_layer_built_for_cuda_takes_tensors_on_the_current_cuda_device():
+    """Built with device="cuda", a layer's input reports "cuda:0": the same device (a 70B AWQ model failed every
+    request on this); another type, or another index where both name one, is not."""
+    import torch
+
+    from tiers.quantization.linear import same_device
+
+    cuda, cuda0, cuda1, cpu = (torch.device(d) for d in ("cuda", "cuda:0", "cuda:1", "cpu"))
+    assert same_device(cuda0, cuda) and same_device(cuda, cuda0) and same_device(cuda1, cuda1)
+    assert not same_device(cpu, cuda) and not same_device(cuda0, cpu) and not same_device(cuda1, cuda0)

@@ -101,6 +101,7 @@ def test_split_count_rule():
     assert counts == sorted(counts, reverse=True) and counts[-1] == 1
 
 
+@pytest.mark.triton_interpreter  # CPU tensors: on a GPU machine, in the interpreter's process
 def test_split_kv_rejects_bad_inputs():
     case = make_case([(1, 5), (3, 9)], 4, 2, 32, "cpu", torch.float32)
     case["max_query_len"] = 3

@@ -230,7 +230,7 @@ class QuantizedLinear(nn.Module):
             return self._kernel_matmul(x)  # the decode hot path: bf16 rows straight into the kernel, no casts
         if x.shape[-1] != self.in_features:
             raise QuantizationError(f"input has {x.shape[-1]} features, the layer expects {self.in_features}")
-        if x.device != self.device:
+        if not same_device(x.device, self.device):
             raise QuantizationError(f"input on {x.device}, the quantized weight on {self.device}: build the "
                                     "quantized layers on the model's final device")
         if self.kernel == "dequant":
@@ -354,3 +354,10 @@ def quantize_model(model: nn.Module, mode: str = "int4", group_size: int = 128,
         set_submodule(model, name, quantized)
         report[name] = quantized.kernel
     return report
+
+
+def same_device(actual: torch.device, built_on: torch.device) -> bool:
+    """Whether a tensor on `actual` is on the device a layer was built for: "cuda" means the current CUDA device,
+    which tensors report with its index ("cuda:0"), so an index is compared only where both name one."""
+    return actual.type == built_on.type and (actual.index is None or built_on.index is None
+                                             or actual.index == built_on.index)
