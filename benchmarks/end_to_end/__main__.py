@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import pickle
 import shutil
 import subprocess
 import sys
@@ -158,7 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="write the cost-accuracy curves as a PNG here")
     parser.add_argument("--keep-log", type=Path, help="copy the SQLite request log (every phase) here")
     parser.add_argument("--skip-probe-phase", action="store_true", help="leave out O2 (the automatic probe)")
+    parser.add_argument("--probe-budget", type=float, default=None, metavar="S",
+                        help="O2's probe_budget_s (default: the product's, 540)")
+    parser.add_argument("--only-out-of-box", type=Path, metavar="STATE",
+                        help="run O1 and O2 only, on the .state.pkl a full run left beside its --out JSON")
     args = parser.parse_args(argv)
+    if args.only_out_of_box is not None:
+        return only_out_of_box(args)
     workload = load_workload(args.seed, args.eval_generated, args.eval_crux)
     train, evaluation = workload.train, workload.eval
     print(f"workload: {len(train)} train, {len(evaluation)} eval tasks (seed {args.seed})", flush=True)
@@ -212,15 +219,6 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
 
-        models = (home / "models").resolve()
-        print("O1: a fresh home with the shipped measurement: auto at the default quality target", flush=True)
-        results["out_of_box"], fit = {}, None
-        results["out_of_box"]["shipped"], fit = out_of_box.shipped_phase(bench, models, evaluation, answers)
-        if not args.skip_probe_phase:
-            print("O2: a fresh home without it: the automatic probe (killed once), then auto", flush=True)
-            results["out_of_box"]["probe"] = out_of_box.probe_phase(bench, models, evaluation, answers)
-        results["learned"] = learned.figures(fit, scores_before, answers, by_tier)
-
         live = {"always-" + t: latencies(by_tier[t], bench.database_url) for t in TIERS}
         live["auto (live, shipped classifier)"] = latencies(auto_before, bench.database_url)
         live["auto + cascade (live)"] = latencies(cascade_live, bench.database_url)
@@ -234,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         results["per_tier_by_category"] = report.by_category(evaluation, answers)
         if args.keep_log:
             shutil.copyfile(home / "aio.db", args.keep_log)
+        checkpoint(args, results, (evaluation, answers, by_tier, scores_before))
+        out_of_box_phases(bench, args, results, home, evaluation, answers, by_tier, scores_before)
     print(report.text(results) + learned.text(results), flush=True)
     if args.plot:
         report.plot(results, args.plot)
@@ -242,6 +242,41 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in results.items() if k not in ("curves", "per_task", "train_answers")},
                      default=float))
     return 0
+
+
+def only_out_of_box(args: argparse.Namespace) -> int:
+    with open(args.only_out_of_box, "rb") as f:
+        evaluation, answers, by_tier, scores_before = pickle.load(f)  # our own file, written by `checkpoint`
+    results: dict = {"tasks": {"eval": len(evaluation)}}
+    with family_home("aio-e2e-") as home:
+        out_of_box_phases(Bench(args, home), args, results, home, evaluation, answers, by_tier, scores_before)
+    print(learned.text(results), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1, default=float))
+    return 0
+
+
+def checkpoint(args: argparse.Namespace, results: dict, state: tuple) -> None:
+    """Phases B-D's figures as JSON, and what the out-of-the-box phases need (pickled), beside --out: a failure
+    later loses nothing, and `--only-out-of-box STATE` runs O1 and O2 again on them."""
+    if args.out is None:
+        return
+    args.out.write_text(json.dumps(results, indent=1, default=float))
+    with open(args.out.with_suffix(".state.pkl"), "wb") as f:
+        pickle.dump(state, f)
+
+
+def out_of_box_phases(bench: Bench, args: argparse.Namespace, results: dict, home: Path, evaluation: list[Task],
+                      answers: TierAnswers, by_tier: dict, scores_before: np.ndarray) -> None:
+    models = (home / "models").resolve()
+    print("O1: a fresh home with the shipped measurement: auto at the default quality target", flush=True)
+    results["out_of_box"] = {}
+    results["out_of_box"]["shipped"], fit = out_of_box.shipped_phase(bench, models, evaluation, answers)
+    if not args.skip_probe_phase:
+        print("O2: a fresh home without it: the automatic probe (killed once), then auto", flush=True)
+        results["out_of_box"]["probe"] = out_of_box.probe_phase(bench, models, evaluation, answers,
+                                                                budget_s=args.probe_budget)
+    results["learned"] = learned.figures(fit, scores_before, answers, by_tier)
 
 
 def fit_cascade_threshold(train_answers: list[dict]) -> float:

@@ -59,7 +59,7 @@ def dashboard_estimate(server) -> dict | None:
 
 def shipped_phase(bench, models: Path, tasks: list[Task], answers: TierAnswers) -> dict:
     with fresh_home(models, "aio-e2e-o1-") as home:
-        server = bench.server(monitor=False, home=home, AIO_PROBE_ON_START="true")
+        server = bench.server(monitor=False, home=home, AIO_PROBE_ON_START="true", AIO_PROBE_SHIPPED="true")
         try:
             at_start = routing(server)
             auto = bench.send(server, tasks, "o1-auto", "auto")
@@ -72,15 +72,21 @@ def shipped_phase(bench, models: Path, tasks: list[Task], answers: TierAnswers) 
         from aio.routing.fit_store import load_active
 
         engine = make_engine(database_url)
-        fit = load_active(engine)[1]
+        found = load_active(engine)
         engine.dispose()
+        if found is None or at_start.get("rule") != "quality_target":
+            raise RuntimeError(f"O1's server did not route by the quality target from the start: {at_start}")
+        fit = found[1]
         return {"routing_at_start": at_start, "auto": live_pass(tasks, auto, answers, database_url),
                 "dashboard_estimate": estimate,
                 "auto_cascade": live_pass(tasks, cascade, answers, database_url)}, fit
 
 
-def probe_phase(bench, models: Path, tasks: list[Task], answers: TierAnswers, kill_after_tasks: int = 40) -> dict:
+def probe_phase(bench, models: Path, tasks: list[Task], answers: TierAnswers, kill_after_tasks: int = 40,
+                budget_s: float | None = None) -> dict:
     env = dict(AIO_PROBE_ON_START="true", AIO_PROBE_SHIPPED="false")
+    if budget_s is not None:
+        env["AIO_PROBE_BUDGET_S"] = str(budget_s)
     with fresh_home(models, "aio-e2e-o2-") as home:
         started = time.monotonic()
         server = bench.server(monitor=False, home=home, **env)
