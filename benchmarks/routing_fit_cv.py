@@ -7,7 +7,8 @@ the per-tier probabilities' inputs, the answer scorer's features and whether esc
 - targets: the calibrated classifier scores and the target's rule, fitted on 4/5 of the tasks, applied to the
   held-out fifth: measured relative accuracy and cost per target, against the estimate;
 - inputs: the scores alone against the scores stacked with a k-nearest-neighbour prior over the probe prompts'
-  embeddings, in 5-fold CV and held out by kind (each kind predicted from the others);
+  embeddings, in 5-fold CV and held out by kind (each kind predicted from the others), and that prior used only
+  near a probe prompt;
 - scorer: the answer scorer's cross-validated ROC AUC per tier, against the mean logprob alone;
 - escalation: route-then-verify with thresholds chosen on the training folds, applied to the held-out fold."""
 from __future__ import annotations
@@ -130,6 +131,34 @@ def inputs(proba, correct, cost, embeddings, kinds) -> None:
                   f"estimate {w @ a[:, 2]:.3f}")
 
 
+def gated(proba, correct, cost, embeddings, kinds, threshold: float = 0.85) -> None:
+    """The neighbour prior only for prompts close to a probe prompt (max cosine >= threshold), the calibrated scores
+    elsewhere; λ chosen on the calibrated scores of the training prompts, as the shipped rule chooses it."""
+    from sklearn.linear_model import LogisticRegression
+
+    logit = lambda p: np.log(p / (1 - p))  # noqa: E731
+    for label, split in (("5-fold CV", list(splits(len(correct), 1))), ("held out by kind", list(splits(len(correct), 1, kinds)))):
+        sums = np.zeros(6)
+        for train, test in split:
+            calibration = fit_tier_calibration(proba[train], correct[train], TIERS)
+            inner = np.zeros((len(train), 3))
+            for itrain, itest in _one_repeat(len(train), 7):
+                inner[itest] = knn(embeddings, correct, train[itrain], train[itest])
+            x = np.hstack([score_features(proba[train]), logit(inner)])
+            models = [LogisticRegression(max_iter=2000).fit(x, correct[train, t]) for t in range(3)]
+            xt = np.hstack([score_features(proba[test]), logit(knn(embeddings, correct, train, test))])
+            near = (embeddings[test] @ embeddings[train].T).max(1) >= threshold
+            p = np.where(near[:, None], np.column_stack([m.predict_proba(xt)[:, 1] for m in models]),
+                         calibration.predict(proba[test]))
+            share = tuple(cost[train].mean(0) / cost[train, 2].mean())
+            chosen = rule_for_target(calibration.predict(proba[train]), share, 0.9).choose(p)
+            sums += [correct[test, chosen].sum(), correct[test, 2].sum(), cost[test, chosen].sum(),
+                     cost[test, 2].sum(), relative_accuracy(p, chosen) * len(test), near.sum()]
+        n = len(correct)
+        print(f"{label}: gated at cosine {threshold}: target 0.90 measured {sums[0] / sums[1]:.3f} at cost "
+              f"{sums[2] / sums[3]:.3f}, estimate {sums[4] / n:.3f}; {sums[5] / n:.0%} of prompts near a probe prompt")
+
+
 def scorer_and_escalation(results, proba, correct, cost) -> None:
     from sklearn.metrics import roc_auc_score
 
@@ -176,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(results)} tasks; accuracy per tier {dict(zip(TIERS, correct.mean(0).round(3)))}")
     targets(proba, correct, cost, args.repeats)
     inputs(proba, correct, cost, embeddings, kinds)
+    gated(proba, correct, cost, embeddings, kinds)
     scorer_and_escalation(results, proba, correct, cost)
     return 0
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import subprocess
 import time
 
 import pytest
@@ -160,3 +162,34 @@ def test_serve_measures_its_tiers_in_the_background_and_then_routes_to_the_targe
         assert routing["rule"] == "quality_target"  # measured once: not probed again, the fit is in force at start
     finally:
         again.stop()
+
+
+def test_a_shipped_measurement_is_fitted_at_start_so_the_first_request_routes_by_the_target(tmp_path, monkeypatch):
+    """The random demo tiers measured once (`aio calibrate`) and their measurement exported as if shipped: a fresh
+    home imports it by fingerprint and serves with the quality target from its first request, probing nothing."""
+    from fastapi.testclient import TestClient
+
+    from aio.probing import shipped
+    from aio.server.app import create_app
+    from aio.settings import Settings
+    from tests.servers import aio_command, server_env
+
+    first, fresh = tmp_path / "first", tmp_path / "fresh"
+    first.mkdir()
+    fresh.mkdir()
+    database = f"sqlite:///{first / 'aio.db'}"
+    done = subprocess.run(aio_command("calibrate", "--max-tasks", "30", "--json"), capture_output=True, text=True,
+                          env=server_env(first, database, "", AIO_DEMO_MODEL="random"), timeout=600)
+    assert done.returncode == 0, done.stderr
+    tiers = json.loads(done.stdout[done.stdout.index("{"):])["tiers"]
+    export(ProbeStore(make_engine(database)), {t: s["fingerprint"] for t, s in tiers.items()},
+           tmp_path / "measurements.jsonl.gz")
+    (fresh / "demo").symlink_to(first / "demo")  # the same checkpoint files: the same fingerprints
+    monkeypatch.setattr(shipped, "SHIPPED", tmp_path / "measurements.jsonl.gz")
+    monkeypatch.setattr("aio.probing.background.import_shipped",
+                        lambda store, fps: shipped.import_shipped(store, fps, tmp_path / "measurements.jsonl.gz"))
+    settings = Settings(home=fresh, demo_model="random", open_endpoint=True, probe_on_start=True)
+    with TestClient(create_app(settings), base_url="http://localhost") as client:
+        routing = client.get("/ready").json()["checks"]["routing"]
+    assert routing["rule"] == "quality_target"
+    assert {m["source"] for m in routing["measurements"].values()} == {"shipped"}

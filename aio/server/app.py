@@ -117,6 +117,8 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
                           settings.structured_min_tier,
                           CascadeSettings(settings.cascade, settings.cascade_threshold, settings.cascade_confidence))
     monitor = _start_monitor(settings, pool, service, router, db, log_writer, metrics)
+    if router.fit is None and not measurements.unmeasured():  # measured (or shipped) but never fitted here
+        await asyncio.to_thread(_fit_now, watcher)
     watch_task = asyncio.create_task(watcher.run(), name="aio-router-watch")
     _start_probing(settings, measurements, watcher)
     prune_task = None
@@ -126,6 +128,14 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
         prune_task = asyncio.create_task(prune_periodically(db, settings.raw_retention_days), name="aio-prune")
     return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task,
                     monitor, prune_task, demo, measurements=measurements)
+
+
+def _fit_now(watcher: RouterWatcher) -> None:
+    try:
+        watcher.refit()
+        watcher.poll_once()
+    except Exception:  # routing keeps the knob; `aio calibrate --refit` says why
+        logger.exception("fitting routing to the measured tiers failed")
 
 
 def _start_probing(settings: Settings, measurements: TierMeasurements, watcher: RouterWatcher) -> None:
@@ -145,8 +155,7 @@ def _start_probing(settings: Settings, measurements: TierMeasurements, watcher: 
                 settings.probe_budget_s)
 
     def on_measured() -> None:
-        watcher.refit()
-        watcher.poll_once()
+        _fit_now(watcher)
 
     from probes.probe_set import probe_set
 
