@@ -51,6 +51,13 @@ def live_pass(tasks: list[Task], live: list[Answer], answers: TierAnswers, datab
             "cascaded": sum(rows[a.request_id].routing_reason == "cascade" for a in live if a.request_id in rows)}
 
 
+def _halfway(state: dict, tasks: int) -> bool:
+    """Time to kill the server mid-probe: a tier has answered `tasks`, or half of what all tiers plan."""
+    measurements = state["measurements"].values()
+    done, planned = sum(m["done"] for m in measurements), sum(m["planned"] for m in measurements)
+    return max(m["done"] for m in measurements) >= tasks or (planned > 0 and done >= planned / 2)
+
+
 def dashboard_estimate(server) -> dict | None:
     summary = httpx.get(server.base_url + "/api/dashboard/summary", params={"range": "24h"}, timeout=120,
                         headers={"authorization": f"Bearer {server.admin_key}"}).json()
@@ -93,7 +100,7 @@ def probe_phase(bench, models: Path, tasks: list[Task], answers: TierAnswers, ki
         up_s = time.monotonic() - started
         probing_started = time.monotonic()
         meanwhile = bench.send(server, tasks[:8], "o2-while-probing", "auto")
-        while max(m["done"] for m in routing(server)["measurements"].values()) < kill_after_tasks:
+        while not _halfway(routing(server), kill_after_tasks):
             time.sleep(2)
         before_kill = {t: m["done"] for t, m in routing(server)["measurements"].items()}
         os.kill(server.process.pid, signal.SIGKILL)
