@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from tiers.native import NativeKernelError, NativeLibrary
 from tiers.quantization.int4 import QuantizationError
 
-# GGML type id, elements per block, bytes per block
-BLOCK_TYPES = {"Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20), "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24),
-               "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210)}
+# GGML type id, elements per block, bytes per block: gguf's own table (GGML_QUANT_SIZES), not restated
+BLOCK_TYPES = {name: (int(GGMLQuantizationType[name]), *GGML_QUANT_SIZES[GGMLQuantizationType[name]])
+               for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")}
 # the types a GGUF projection keeps as stored (Q4_0 / Q4_1 go to Int4Weight and the w4a8 kernel instead)
 NATIVE_TYPES = ("Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 

@@ -172,18 +172,20 @@ def q4_to_int4(t, path: Path | str = "") -> Int4Weight:
     (value (q - 8) * d); Q4_1 = f16 d, f16 m, 16 bytes (value q * d + m). Byte j of a block holds element j in its
     low nibble and element j + 16 in its high nibble."""
     kind = t.tensor_type.name
+    if kind not in _INT4_TYPES:
+        raise GGUFError(f"{path}: tensor {t.name!r} is {kind}, not Q4_0/Q4_1")
     rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
-    blocks = np.ascontiguousarray(t.data).reshape(rows, -1, 18 if kind == "Q4_0" else 20)
+    _, elements, nbytes = BLOCK_TYPES[kind]  # gguf's GGML_QUANT_SIZES: 32 elements, 18 / 20 bytes
+    header = nbytes - elements // 2  # the f16 d (and m) before the nibbles
+    blocks = np.ascontiguousarray(t.data).reshape(rows, -1, nbytes)
     d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)).squeeze(-1).float()
     if kind == "Q4_0":
-        m, qs = -8 * d, blocks[..., 2:18]
-    elif kind == "Q4_1":
-        m, qs = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16)).squeeze(-1).float(), blocks[..., 4:20]
+        m = -8 * d
     else:
-        raise GGUFError(f"{path}: tensor {t.name!r} is {kind}, not Q4_0/Q4_1")
-    qs = torch.from_numpy(qs.copy())
+        m = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16)).squeeze(-1).float()
+    qs = torch.from_numpy(blocks[..., header:].copy())
     codes = torch.cat((qs & 0x0F, qs >> 4), dim=-1).reshape(rows, -1)  # [N, K], element order of the block
-    return Int4Weight(pack_nibbles(codes), d.contiguous(), m.contiguous(), 32)
+    return Int4Weight(pack_nibbles(codes), d.contiguous(), m.contiguous(), elements)
 
 
 def _parse_name(name: str) -> tuple[str, int | None]:
