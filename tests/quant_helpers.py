@@ -143,7 +143,7 @@ AWQ_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "
 
 def awq_pack(codes: torch.Tensor) -> torch.Tensor:
     """uint8 [R, C] codes -> AutoAWQ's int32 [R, C / 8]: nibble j of word w holds column 8 w + AWQ_ORDER[j]."""
-    from tiers.quantization.awq import AWQ_ORDER
+    from tiers.models.awq import AWQ_ORDER
 
     c = codes.to(torch.int32).view(codes.shape[0], -1, 8)
     word = torch.zeros(c.shape[:-1], dtype=torch.int32)

@@ -85,7 +85,8 @@ def test_awq_weights_stream_layer_by_layer_and_equal_the_whole_file_conversion(a
 
     from tiers.models import awq as awq_module
     from tiers.models.checkpoint import open_checkpoint
-    from tiers.quantization import Int4Weight, awq_gemm_to_int4
+    from tiers.models.awq import awq_gemm_to_int4
+    from tiers.quantization import Int4Weight
 
     path, _ = awq
     config = open_checkpoint(path).config

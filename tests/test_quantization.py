@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from tiers.quantization import (Int4Weight, QuantizationError, QuantizedLinear, awq_gemm_to_int4, quantize_int4,
+from tiers.quantization import (Int4Weight, QuantizationError, QuantizedLinear, quantize_int4,
                                 quantize_int8, quantize_model)
-from tiers.quantization.awq import AWQ_ORDER
+from tiers.models.awq import AWQ_ORDER, awq_gemm_to_int4
 from tiers.native import native_library
 
 pytestmark = pytest.mark.usefixtures("one_thread")

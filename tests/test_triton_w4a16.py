@@ -11,7 +11,7 @@ import torch
 
 from conftest import TRITON_DEVICES
 from tiers.quantization import Int4Weight, QuantizationError, QuantizedLinear, pack_nibbles, quantize_int4
-from tiers.quantization import linear as linear_module
+from tiers.quantization import methods as methods_module
 from tiers.quantization.int8 import quantize_int8
 
 triton = pytest.importorskip("triton")
@@ -276,7 +276,7 @@ def test_quantized_linear_picks_triton_for_int4_on_cuda_only():
 
 
 def test_quantized_linear_without_triton_falls_back(monkeypatch):
-    monkeypatch.setattr(linear_module, "_triton_w4a16_ok", lambda weight: False)
+    monkeypatch.setattr(methods_module, "triton_w4a16_ok", lambda weight: False)
     assert QuantizedLinear._pick_kernel(random_int4(32, 128, 32), torch.device("cuda")) == "dequant"
 
 

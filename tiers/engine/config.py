@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tiers.quantization.modes import QUANTIZATION_GROUP_SIZES, QUANTIZATION_MODES
+
 MAX_SPECULATIVE_TOKENS = 16
-QUANTIZATION_MODES = ("auto", None, "int8", "int4")
-QUANTIZATION_GROUP_SIZES = (32, 64, 128, 256)  # what the INT4 kernels take
 
 
 @dataclass

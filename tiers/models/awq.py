@@ -1,7 +1,13 @@
-"""AutoAWQ "GEMM" checkpoints: a Hugging Face folder whose config.json says quantization_config.quant_method ==
-"awq". Each quantized projection is stored as qweight / qzeros / scales (see tiers.quantization.awq); everything
+"""AutoAWQ "GEMM" checkpoints, all of AWQ in one place: a Hugging Face folder whose config.json says
+quantization_config.quant_method == "awq" (awq_config), its packed layout (unpack_awq_int32, awq_gemm_to_int4) and
+the streamed loader (load_awq_weights). Each quantized projection is stored as qweight / qzeros / scales; everything
 else (embeddings, norms, lm_head, biases, layers in modules_to_not_convert) is float. The projections become
-Int4Weight under our (fused) parameter names, ready for tiers.models.assemble.
+Int4Weight under our (fused) parameter names, ready for tiers.models.assemble, and run as the "int4" method
+(tiers.quantization.methods): AWQ is a storage format, not a kernel.
+
+Layout (per linear layer): qweight int32 [in, out / 8], qzeros int32 [in / group, out / 8], scales fp16
+[in / group, out]; eight 4-bit values per int32, in the order AWQ_ORDER (nibble j of a word holds column
+8 * word + AWQ_ORDER[j]); value = (q - zero) * scale.
 """
 from __future__ import annotations
 
@@ -13,12 +19,38 @@ import torch
 from tiers.models.assemble import Weights, fuse_shards
 from tiers.models.config import ModelConfig, UnsupportedModelError
 from tiers.models.loader import IGNORED_WEIGHT_SUFFIXES, iterate_weights, our_name
-from tiers.quantization.awq import awq_gemm_to_int4
-from tiers.quantization.int4 import Int4Weight, QuantizationError
+from tiers.quantization.int4 import Int4Weight, QuantizationError, pack_nibbles
 
 AWQ_GROUP_SIZE = 128  # AutoAWQ's default, and the only one this engine takes
 _AWQ_TENSORS = ("qweight", "qzeros", "scales")
 _FUSED_SHARDS = {"qkv_proj": 3, "gate_up_proj": 2}
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def unpack_awq_int32(packed: torch.Tensor) -> torch.Tensor:
+    """int32 [R, C / 8] -> uint8 [R, C] in logical column order."""
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=packed.device)
+    nibbles = (packed.unsqueeze(-1) >> shifts) & 0xF  # [R, C/8, 8]: nibble j
+    inverse = torch.tensor([AWQ_ORDER.index(c) for c in range(8)], device=packed.device)
+    return nibbles[..., inverse].flatten(-2).to(torch.uint8)  # column c of a word sits in nibble inverse[c]
+
+
+def awq_gemm_to_int4(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
+                     group_size: int = 128) -> Int4Weight:
+    if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
+        raise QuantizationError(f"AWQ qweight/qzeros must be int32, got {qweight.dtype}/{qzeros.dtype}")
+    in_features, out_features = qweight.shape[0], 8 * qweight.shape[1]
+    groups = in_features // group_size if group_size > 0 else 0
+    if not groups or in_features % group_size:
+        raise QuantizationError(f"AWQ in_features {in_features} is not a multiple of the group size {group_size}")
+    if tuple(qzeros.shape) != (groups, out_features // 8) or tuple(scales.shape) != (groups, out_features):
+        raise QuantizationError(f"AWQ shapes do not agree: qweight {tuple(qweight.shape)}, qzeros "
+                                f"{tuple(qzeros.shape)}, scales {tuple(scales.shape)}, group size {group_size}")
+    codes = unpack_awq_int32(qweight).t().contiguous()  # [out, in]
+    zeros = unpack_awq_int32(qzeros).t().float()  # [out, groups]
+    s = scales.t().float().contiguous()
+    # (q - z) * s == q * s + (-z * s) exactly: both products are exact in float32 (4-bit times fp16).
+    return Int4Weight(pack_nibbles(codes), s, (-zeros * s).contiguous(), group_size)
 
 
 class AWQError(UnsupportedModelError):

@@ -2,7 +2,7 @@
 
 Three formats: a Hugging Face folder of float safetensors, an AutoAWQ GEMM folder (4-bit projections), and a GGUF
 file (llama.cpp; Q4_0/Q4_1 projections can stay 4-bit). `quantization` (EngineConfig's) picks the projections'
-precision, see QUANTIZATION_MODES; embeddings, lm_head and norms always stay float in the model's dtype.
+precision, see tiers.quantization.modes; embeddings, lm_head and norms always stay float in the model's dtype.
 """
 from __future__ import annotations
 
@@ -23,16 +23,10 @@ from tiers.native import native_library
 from tiers.quantization.int4 import Int4Weight
 from tiers.quantization.kquant import KQuantWeight
 from tiers.quantization.linear import QuantizedLinear, quantize_lm_head, quantize_model
+from tiers.quantization.modes import QUANTIZATION_MODES
 
 logger = logging.getLogger(__name__)
 
-# "auto": as stored (float checkpoints float, AWQ and GGUF Q4_0/Q4_1 projections 4-bit, GGUF K-quant, Q5_0, Q5_1
-# and Q8_0 projections and a K-quant output tensor as stored on the native CPU kernel, other GGUF types float);
-# None: every projection float (4-bit ones dequantized); "int8" / "int4": every projection quantized, float ones
-# by round-to-nearest at load time (int4 in groups of quantization_group_size), native 4-bit ones kept as they
-# are for "int4" and dequantized then requantized for "int8"; GGUF types other than Q4_0/Q4_1 are dequantized
-# then requantized for both.
-QUANTIZATION_MODES = ("auto", None, "int8", "int4")
 _STORED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

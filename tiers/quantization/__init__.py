@@ -1,9 +1,33 @@
-"""Weight-only quantization: 4-bit group-wise and 8-bit per-channel weights, and the linear layer that runs them."""
-from tiers.quantization.awq import awq_gemm_to_int4
-from tiers.quantization.int4 import Int4Weight, QuantizationError, pack_nibbles, quantize_int4, unpack_nibbles
-from tiers.quantization.int8 import Int8Weight, quantize_int8
-from tiers.quantization.linear import (QuantizedEmbedding, QuantizedLinear, quantize_lm_head, quantize_linear,
-                                       quantize_model)
+"""Weight-only quantization: 4-bit group-wise and 8-bit per-channel weights, GGUF blocks as stored, the methods
+that run them (tiers.quantization.methods) and the linear layer built on them.
 
-__all__ = ["Int4Weight", "Int8Weight", "QuantizationError", "QuantizedEmbedding", "QuantizedLinear", "awq_gemm_to_int4", "pack_nibbles",
-           "quantize_int4", "quantize_int8", "quantize_lm_head", "quantize_linear", "quantize_model", "unpack_nibbles"]
+The public names load on first use, so `tiers.quantization.modes` (QUANTIZATION_MODES) imports without torch."""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "Int4Weight": "tiers.quantization.int4",
+    "QuantizationError": "tiers.quantization.int4",
+    "pack_nibbles": "tiers.quantization.int4",
+    "quantize_int4": "tiers.quantization.int4",
+    "unpack_nibbles": "tiers.quantization.int4",
+    "Int8Weight": "tiers.quantization.int8",
+    "quantize_int8": "tiers.quantization.int8",
+    "QuantizedEmbedding": "tiers.quantization.linear",
+    "QuantizedLinear": "tiers.quantization.linear",
+    "quantize_lm_head": "tiers.quantization.linear",
+    "quantize_linear": "tiers.quantization.linear",
+    "quantize_model": "tiers.quantization.linear",
+    "METHODS": "tiers.quantization.methods",
+    "QUANTIZATION_MODES": "tiers.quantization.modes",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tiers.quantization' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)
