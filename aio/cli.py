@@ -37,7 +37,7 @@ def serve(host: str = typer.Option("127.0.0.1", metavar="HOST", help="address to
 
     from aio.db.database import DatabaseError
     from aio.server.app import StartupError, create_app, preflight
-    from aio.server.auth import weak_admin_key_reason
+    from aio.http.auth import weak_admin_key_reason
     from aio.server.data_at_rest import generated_admin_key, restrict_home, restrict_sqlite_file
     from aio.server.proxies import proxy_header_options
     from aio.server.slow_clients import header_timeout_protocol

@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fuzz-examples", type=int, default=300)
     parser.add_argument("--config", type=Path, default=None, help="a TOML settings file (default: random demo tiers)")
     args = parser.parse_args(argv)
-    from tests.servers import create_key, start_server  # the suite's helpers for a live `aio serve`
+    from benchmarks.live_server import create_key, start_server  # the suite's helpers for a live `aio serve`
 
     with tempfile.TemporaryDirectory() as home_dir:
         home = Path(home_dir)

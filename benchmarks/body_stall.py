@@ -25,7 +25,7 @@ from fastapi import APIRouter, FastAPI
 
 from aio.api.schemas import ChatCompletionRequest
 from aio.chat.request_options import chat_options
-from aio.server import json_text
+from aio.http import json_text
 from aio.server.body_limit import BodyLimitMiddleware
 from aio.server.errors import install_error_handlers
 

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=None, help="a TOML settings file (default: the demo tiers)")
     parser.add_argument("--demo-model", default="smollm2", help="the demo tiers without --config (as the probe: smollm2)")
     args = parser.parse_args(argv)
-    from tests.servers import create_key, start_server  # the suite's helpers for a live `aio serve`
+    from benchmarks.live_server import create_key, start_server  # the suite's helpers for a live `aio serve`
 
     with tempfile.TemporaryDirectory() as home_dir:
         home = Path(home_dir)

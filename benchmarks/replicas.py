@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.postgres import PostgresServer, find_bin_dir
+from benchmarks.postgres import PostgresServer, find_bin_dir
 
 
 def free_port() -> int:

@@ -105,11 +105,11 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    """A PostgreSQL server of our own (see tests/postgres.py). Skipped where PostgreSQL is not installed,
+    """A PostgreSQL server of our own (see benchmarks/postgres.py). Skipped where PostgreSQL is not installed,
     unless AIO_REQUIRE_POSTGRES=1 (CI), where its absence fails the tests."""
     import atexit
 
-    from tests.postgres import PostgresServer, find_bin_dir
+    from benchmarks.postgres import PostgresServer, find_bin_dir
 
     bin_dir = find_bin_dir()
     if bin_dir is None:

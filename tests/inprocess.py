@@ -15,11 +15,11 @@ from fastapi import FastAPI, Request
 
 from aio.chat.service import ChatService
 from aio.db.keys import ApiKeyInfo
+from aio.http.deps import api_key
+from aio.http.key_limits import KeyLimiter
 from aio.metrics import Metrics
 from aio.routing import Router
-from aio.server.deps import api_key
 from aio.server.errors import install_error_handlers
-from aio.server.key_limits import KeyLimiter
 from aio.server.routes import chat
 from aio.settings import TierSettings
 from tests.test_chat_service import FixedClassifier, ListLog

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.migrate import ensure_schema
+from aio.http.json_text import INLINE_BYTES
 from aio.server.errors import install_error_handlers
-from aio.server.json_text import INLINE_BYTES
 from aio.server.routes import admin
 
 

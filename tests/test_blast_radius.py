@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from benchmarks.blast_radius import report, run
+from benchmarks.live_server import create_key, start_server
 from benchmarks.poisons import SELF_REQUIRED
-from tests.servers import create_key, start_server
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from fastapi import APIRouter, FastAPI
 
 from aio.api.schemas import ChatCompletionRequest
-from aio.server import json_text
+from aio.http import json_text
 from aio.server.body_limit import BodyLimitMiddleware
 from aio.server.errors import install_error_handlers
 from aio.settings import Settings

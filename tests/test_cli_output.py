@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from aio.cli import app
 from aio.routing import registry
 from aio.db.database import make_engine
-from tests.servers import TEST_ADMIN_KEY, aio_command, free_port, server_env, terminate
+from benchmarks.live_server import TEST_ADMIN_KEY, aio_command, free_port, server_env, terminate
 
 
 def _env(tmp_path, **extra) -> dict[str, str]:

@@ -19,7 +19,7 @@ from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
 from aio.db.models import ClassifierVersion, DailyAggregate, DailyHistogram, DailyUsage, Request, Verification
 from aio.db.records import RequestRecord
-from tests.servers import start_server
+from benchmarks.live_server import start_server
 
 ADMIN_KEY = "dashboard-test-admin-key-0123456789abcdefghijk"
 START = datetime(2025, 3, 1, tzinfo=timezone.utc)  # the seeded window: 2025-03-01 .. 2025-03-09
@@ -445,9 +445,9 @@ def test_migration_backfills_the_new_aggregates_from_existing_requests(tmp_path)
 
 
 def test_prune_deletes_old_raw_rows_and_keeps_the_aggregates(tmp_path):
-    from aio.dashboard import service
-    from aio.dashboard.ranges import parse_range
     from aio.db.retention import prune_raw_rows
+    from aio.reports import service
+    from aio.reports.ranges import parse_range
 
     engine = make_engine(f"sqlite:///{tmp_path / 'aio.db'}")
     migrate.upgrade(engine)

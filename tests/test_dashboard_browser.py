@@ -25,7 +25,7 @@ from aio.db.keys import KeyStore
 from aio.db.models import Verification
 from aio.demo import RANDOM_NOTE, SMOLLM2_NOTE
 from aio.demo_family import FAMILY_NOTE
-from tests.servers import start_server, terminate
+from benchmarks.live_server import start_server, terminate
 from tests.test_dashboard_api import XSS_ANSWER, XSS_PROMPT, make_records, make_verifications, write
 
 ADMIN_KEY = "dashboard-browser-admin-key-0123456789abcdefghijk"

@@ -11,14 +11,14 @@ import pytest
 import sqlalchemy as sa
 
 from aio.dashboard.login_guard import cross_site_reason
-from aio.server.throttle import FailureLimiter
+from aio.http.throttle import FailureLimiter
 from aio.dashboard.sessions import SessionStore, token_hash
 from aio.db import migrate
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.models import DashboardSession
 from aio.db.records import utcnow
-from tests.servers import start_server
+from benchmarks.live_server import start_server
 
 ADMIN_KEY = "sessions-test-admin-key-0123456789abcdefghijklmnop"
 

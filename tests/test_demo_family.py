@@ -139,7 +139,7 @@ def _real_family_installed() -> bool:
 def test_the_real_family_serves_three_different_models(tmp_path):
     from aio.demo_family import assemble_family, models_dir
     from aio.settings import default_home
-    from tests.servers import start_server
+    from benchmarks.live_server import start_server
 
     cache = assemble_family(default_home())  # one copy of the files, in the default home, linked into the test's
     (tmp_path / "models").mkdir()

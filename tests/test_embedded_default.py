@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from aio import demo
 from aio.demo import DEMO_PRICES, SMOLLM2_INSTALL, embedded_default, find_smollm2, smollm2_model_name
 from aio.settings import TIER_ORDER, ConfigError, load_settings
-from tests.servers import aio_command, server_env, start_server
+from benchmarks.live_server import aio_command, server_env, start_server
 
 PARIS = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 ADMIN = "test-admin-key-0123456789abcdefghijklmnopqrstuvwxyz"

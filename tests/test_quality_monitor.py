@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from quality_monitor import (AnswerComparer, Candidate, ControllerSettings, QualityMonitor, ReplayResult, Sampler,
                              ThresholdController, structured_match)
-from tests.servers import start_server
+from benchmarks.live_server import start_server
 from tests.test_server_api import log_rows
 
 
@@ -343,7 +343,7 @@ def test_a_good_small_tier_passes_and_nothing_moves(tmp_path, checkpoint_dir):
 def test_the_monitor_as_its_own_process(tmp_path, checkpoint_dir):
     import subprocess
 
-    from tests.servers import aio_command, server_env
+    from benchmarks.live_server import aio_command, server_env
 
     path = checkpoint_dir("llama")
     config = tmp_path / "aio.toml"

@@ -14,7 +14,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.servers import aio_command, create_key, server_env, start_server
+from benchmarks.live_server import aio_command, create_key, server_env, start_server
 from tests.test_server_api import HELLO, log_rows
 
 ADMIN = "reliability-admin-key-0123456789abcdefghijk"

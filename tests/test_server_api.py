@@ -11,7 +11,7 @@ import openai
 import pytest
 import sqlalchemy as sa
 
-from tests.servers import TEST_ADMIN_KEY, LiveServer, aio_command, free_port, server_env, start_server
+from benchmarks.live_server import TEST_ADMIN_KEY, LiveServer, aio_command, free_port, server_env, start_server
 
 PRICES = {"small": (0.1, 0.2), "medium": (0.5, 1.0), "large": (3.0, 6.0)}
 MAX_MODEL_LEN = {"small": 128, "medium": 256, "large": 1024}

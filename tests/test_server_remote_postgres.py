@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from aio.db.database import make_engine
-from tests.servers import aio_command, free_port, server_env, start_server
+from benchmarks.live_server import aio_command, free_port, server_env, start_server
 from tests.test_server_api import HELLO, log_rows
 
 BACKEND_MODEL = "backend-model"

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from aio.api.errors import APIError
 from aio.api.schemas import ChatCompletionRequest, CreateKeyRequest
 from aio.chat.request_options import chat_options
+from aio.http.json_text import INLINE_BYTES, TextCheckedRoute
 from aio.server.errors import install_error_handlers
-from aio.server.json_text import INLINE_BYTES, TextCheckedRoute
 
 URL = "/v1/chat/completions"
 HEADERS = {"content-type": "application/json", "authorization": "Bearer good"}

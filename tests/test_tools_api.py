@@ -15,7 +15,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.servers import start_server
+from benchmarks.live_server import start_server
 from tests.test_embedded_default import ADMIN, require_smollm2
 from tiers.engine.sampling_params import SamplingParams
 from tiers.remote import RemoteTier

@@ -71,7 +71,7 @@ def _csv(summary: dict[str, Any]) -> str:
 
 
 def _range(since: str, until: str | None):
-    from aio.dashboard.ranges import parse_range
+    from aio.reports.ranges import parse_range
 
     if re.fullmatch(r"\d+[hd]", since.strip().lower()) and until is None:
         return parse_range(since)
@@ -86,7 +86,7 @@ def cost(since: str = typer.Option("7d", "--since", metavar="WHEN", help="24h, 7
     """What was spent, what all-large would have cost, the savings, quality, errors, p95 TTFT and the confidence
     cascade's requests and extra cost, per tier."""
     from aio.api.errors import APIError
-    from aio.dashboard import service
+    from aio.reports import service
 
     try:
         r = _range(since, until)

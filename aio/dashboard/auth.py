@@ -14,7 +14,7 @@ from fastapi import Request
 
 from aio.api.errors import APIError
 from aio.dashboard.sessions import SessionStore
-from aio.server.auth import bearer_token
+from aio.http.auth import bearer_token
 
 COOKIE = "aio_dashboard"
 COOKIE_PATHS = ("/dashboard", "/api/dashboard")  # the page (and its forms) and its JSON API

@@ -13,8 +13,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from aio.api.errors import APIError
 from aio.dashboard.auth import COOKIE, COOKIE_PATHS, guard
 from aio.dashboard.login_guard import cross_site_reason
-from aio.server.auth import client_address
-from aio.server.json_text import TextCheckedRoute
+from aio.http.auth import client_address
+from aio.http.json_text import TextCheckedRoute
 
 STATIC = Path(__file__).parent / "static"
 SECURITY_HEADERS = {

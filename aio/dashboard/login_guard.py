@@ -1,4 +1,4 @@
-"""What guards the dashboard's sign-in form besides the failed-attempt limit (aio.server.auth): a cross-site check
+"""What guards the dashboard's sign-in form besides the failed-attempt limit (aio.http.auth): a cross-site check
 (CSRF). Who the client is and whether it came over HTTPS come from the connection, which uvicorn rewrites from
 X-Forwarded-* headers only for the proxies `trusted_proxies` names (aio.server.proxies)."""
 from __future__ import annotations

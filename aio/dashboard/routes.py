@@ -11,17 +11,17 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from sqlalchemy.engine import Connection
 
 from aio.routing.quality_estimate import quality_estimate
-from aio.dashboard import service
+from aio.reports import service
 from aio.dashboard.auth import COOKIE, require_admin, signed_in
 from aio.dashboard.login import SECURITY_HEADERS, STATIC, login_page
 from aio.dashboard.login import router as login_router
 from aio.dashboard.engine_stats import engine_stats
-from aio.dashboard.queries import BREAKDOWNS
-from aio.dashboard.ranges import TimeRange, parse_range
-from aio.server.deps import State
+from aio.reports.queries import BREAKDOWNS
+from aio.reports.ranges import TimeRange, parse_range
+from aio.http.deps import State
 from aio.api.errors import APIError, invalid_request
-from aio.server.auth import bearer_token
-from aio.server.json_text import TextCheckedRoute
+from aio.http.auth import bearer_token
+from aio.http.json_text import TextCheckedRoute
 
 STATIC_FILES = {"chart.umd.js": "text/javascript", "dashboard.js": "text/javascript", "dashboard.css": "text/css",
                 "chart.js.LICENSE.md": "text/plain"}

@@ -1,4 +1,5 @@
-"""Schema migrations (Alembic, in the `migrations` package) run from code: `aio db upgrade` and embedded SQLite."""
+"""Schema migrations (Alembic; the scripts are `aio/db/migrations/`, package data of `aio`) run from code: `aio db
+upgrade` and embedded SQLite."""
 from __future__ import annotations
 
 import logging
@@ -15,10 +16,9 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection, Engine
 
-import migrations
 from aio.db.database import DatabaseError, make_engine, safe_url
 
-MIGRATIONS_DIR = Path(migrations.__file__).parent
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # Alembic's INFO lines (context impl, each revision run) are noise in CLI output and the server log; callers say
 # what was migrated themselves (`aio db upgrade`).
 logging.getLogger("alembic").setLevel(logging.WARNING)

@@ -1,4 +1,4 @@
-"""The SQL schema (SQLAlchemy 2.x typed ORM). `migrations/` creates it; a test keeps the two from drifting."""
+"""The SQL schema (SQLAlchemy 2.x typed ORM). `aio/db/migrations/` creates it; a test keeps the two from drifting."""
 from __future__ import annotations
 
 from datetime import date, datetime, timezone

@@ -16,17 +16,17 @@ from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
 from aio.db.migrate import ensure_schema
 from aio.demo import EmbeddedDefault
+from aio.http.auth import Authenticator, is_loopback
+from aio.http.state import AppState
+from aio.http.throttle import FailureLimiter
 from aio.metrics import Metrics
 from aio.probing.background import TierMeasurements
 from aio.probing.fitting import refit_routing
 from aio.routing import Router, RouterWatcher, load_classifier
-from aio.server.auth import Authenticator, is_loopback
 from aio.server.body_limit import BodyLimitMiddleware
 from aio.server.errors import install_error_handlers
 from aio.server.host_check import HostCheckMiddleware, host_check
 from aio.server.no_store import NoStoreMiddleware
-from aio.server.state import AppState
-from aio.server.throttle import FailureLimiter
 from aio.settings import REFERENCE_TIER, Settings, TierSettings
 from aio.tier_loader import build_pool
 from tiers.pool import TierPool

@@ -53,7 +53,7 @@ class Bench:
         self.database_url = f"sqlite:///{home / 'aio.db'}"
 
     def server(self, monitor: bool, home: Path | None = None, **extra_env: str):
-        from tests.servers import start_server  # the suite's helper for a live `aio serve`
+        from benchmarks.live_server import start_server  # the live `aio serve` the tests start too
 
         env = dict(AIO_DEMO_MODEL="family", AIO_MONITOR_MODE="off", AIO_PROBE_SHIPPED="false",
                    AIO_QUALITY_REPLAY_MAX_TOKENS=str(self.args.max_tokens))  # phases B-D: the quality knob
@@ -85,7 +85,7 @@ class Bench:
             time.sleep(3)
 
     def retrain(self) -> dict:
-        from tests.servers import aio_command, server_env
+        from benchmarks.live_server import aio_command, server_env
 
         done = subprocess.run(aio_command("retrain", "--json"), env=server_env(self.home, self.database_url, ""),
                               capture_output=True, text=True, timeout=3600)

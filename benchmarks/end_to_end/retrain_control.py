@@ -19,8 +19,8 @@ def seed_only_scores(log: Path, home: Path, tasks: list[Task]) -> tuple[np.ndarr
     whose verdicts are deleted (promoted or not: it is scored either way), and the retrain's report. Raises
     RuntimeError when the retrain fails."""
     from aio.routing import load_classifier
+    from benchmarks.live_server import aio_command, server_env
     from classifier.features import messages_to_text
-    from tests.servers import aio_command, server_env
 
     control = home / "control.db"
     shutil.copyfile(log, control)

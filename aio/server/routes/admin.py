@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends
 from aio.api.errors import APIError
 from aio.api.schemas import CreateKeyRequest
 from aio.db.keys import MAX_ID
-from aio.server.deps import State, admin_key
-from aio.server.json_text import TextCheckedRoute
+from aio.http.deps import State, admin_key
+from aio.http.json_text import TextCheckedRoute
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(admin_key)], route_class=TextCheckedRoute)
 

@@ -7,12 +7,12 @@ from fastapi.responses import JSONResponse
 from aio.api.errors import APIError
 from aio.api.schemas import ChatCompletionRequest
 from aio.chat.context import RequestContext
-from aio.server.deps import ApiKey, State
+from aio.http.deps import ApiKey, State
 from aio.server.disconnects import EventStream, unless_disconnected
 from aio.server.errors import error_response
-from aio.server.key_limits import Admission, KeyLimitExceeded
-from aio.server.json_text import TextCheckedRoute
-from aio.server.state import AppState
+from aio.http.key_limits import Admission, KeyLimitExceeded
+from aio.http.json_text import TextCheckedRoute
+from aio.http.state import AppState
 
 router = APIRouter(route_class=TextCheckedRoute)
 

@@ -10,8 +10,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from aio.db.migrate import is_up_to_date
-from aio.server.deps import State
-from aio.server.json_text import TextCheckedRoute
+from aio.http.deps import State
+from aio.http.json_text import TextCheckedRoute
 
 router = APIRouter(route_class=TextCheckedRoute)
 

@@ -8,9 +8,9 @@ import time
 from fastapi import APIRouter
 
 from aio.api.errors import APIError
-from aio.server.deps import ApiKey, State
-from aio.server.state import AppState
-from aio.server.json_text import TextCheckedRoute
+from aio.http.deps import ApiKey, State
+from aio.http.state import AppState
+from aio.http.json_text import TextCheckedRoute
 
 router = APIRouter(route_class=TextCheckedRoute)
 _CREATED = int(time.time())

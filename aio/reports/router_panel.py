@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from aio.dashboard.ranges import TimeRange, iso
-from aio.dashboard.sql import bucket_label, bucket_labels, day_filter, hour_of, raw_filter, request_tier, tier_sort_key
+from aio.reports.ranges import TimeRange, iso
+from aio.reports.sql import bucket_label, bucket_labels, day_filter, hour_of, raw_filter, request_tier, tier_sort_key
 from aio.db.histograms import NUM_SCORE_BUCKETS, SCORE_METRIC, score_bounds, score_bucket
 from aio.db.models import ClassifierVersion, DailyAggregate, DailyHistogram, Request, ThresholdChange
 

@@ -23,7 +23,7 @@ from fastapi import Request
 from aio.api.errors import APIError
 from aio.db.database import DatabaseError
 from aio.db.keys import ApiKeyInfo, KeyStore
-from aio.server.throttle import FailureLimiter
+from aio.http.throttle import FailureLimiter
 
 logger = logging.getLogger(__name__)
 

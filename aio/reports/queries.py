@@ -1,7 +1,7 @@
 """Usage and cost: the KPI sums per tier, the series over time, and the top-N breakdowns (tier, key, user, model).
 
 Every function reads the daily aggregates for long ranges and raw `requests` rows for ranges of up to 48 hours
-(see `aio.dashboard.ranges`); both give the same sums.
+(see `aio.reports.ranges`); both give the same sums.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from aio.dashboard.ranges import TimeRange
-from aio.dashboard.sql import (bucket_label, bucket_labels, day_filter, hour_of, ratio, raw_filter, request_tier,
+from aio.reports.ranges import TimeRange
+from aio.reports.sql import (bucket_label, bucket_labels, day_filter, hour_of, ratio, raw_filter, request_tier,
                                tier_sort_key)
 from aio.db.models import ApiKey, DailyAggregate, DailyUsage, Request
 

@@ -11,10 +11,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from aio.dashboard.ranges import TimeRange
-from aio.dashboard.sql import day_filter, raw_filter, request_tier, tier_sort_key
 from aio.db.histograms import LATENCY_METRICS, exact_percentile, percentile_from_buckets
 from aio.db.models import DailyHistogram, Request
+from aio.reports.ranges import TimeRange
+from aio.reports.sql import day_filter, raw_filter, request_tier, tier_sort_key
 
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 CONTENTION_RATIO = 10.0  # p99 / p50 above this: requests wait on each other

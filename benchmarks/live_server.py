@@ -1,4 +1,4 @@
-"""Starts a real `aio serve` process on loopback for the API tests."""
+"""Starts a real `aio serve` process on loopback: for the API tests and the benchmarks that drive a live server."""
 from __future__ import annotations
 
 import os

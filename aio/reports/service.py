@@ -6,11 +6,11 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from aio.dashboard import latency as latency_panel
-from aio.dashboard import quality as quality_panel
-from aio.dashboard import queries
-from aio.dashboard import router_panel
-from aio.dashboard.ranges import TimeRange
+from aio.reports import latency as latency_panel
+from aio.reports import quality as quality_panel
+from aio.reports import queries
+from aio.reports import router_panel
+from aio.reports.ranges import TimeRange
 from aio.db.rollups import NO_TIER
 
 DEFAULT_TOP_N = 10

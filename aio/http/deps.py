@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from aio.db.keys import ApiKeyInfo
-from aio.server.state import AppState
+from aio.http.state import AppState
 
 
 def get_state(request: Request) -> AppState:

@@ -6,9 +6,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from aio.dashboard.ranges import TimeRange, iso
 from aio.db.models import Request
 from aio.db.rollups import NO_TIER
+from aio.reports.ranges import TimeRange, iso
 from aio.settings import TIER_ORDER
 
 

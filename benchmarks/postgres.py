@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL cluster for tests: `initdb` in a temporary folder, served on 127.0.0.1 at a free port.
+"""A throwaway PostgreSQL cluster for tests and benchmarks: `initdb` in a temporary folder, served on 127.0.0.1 at a
+free port.
 
 As root, the cluster belongs to the `postgres` user (PostgreSQL refuses to run as root). `stop()` kills the server
 (`-m immediate`, like a crash) and `start()` brings it back on the same port, so a test can stage an outage.

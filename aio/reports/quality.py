@@ -13,8 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from aio.dashboard.ranges import TimeRange, iso
-from aio.dashboard.sql import bucket_label, bucket_labels, day_of, hour_of, tier_sort_key
+from aio.reports.ranges import TimeRange, iso
+from aio.reports.sql import bucket_label, bucket_labels, day_of, hour_of, tier_sort_key
 from aio.db.models import Request, Verification
 
 REDACTED = "[redacted]"

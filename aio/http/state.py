@@ -11,8 +11,8 @@ from aio.db.log_writer import LogWriter
 from aio.metrics import Metrics
 from aio.probing.background import TierMeasurements
 from aio.routing import Classifier, Router
-from aio.server.auth import Authenticator
-from aio.server.key_limits import KeyLimiter
+from aio.http.auth import Authenticator
+from aio.http.key_limits import KeyLimiter
 from aio.settings import Settings, TierSettings
 from tiers.pool import TierPool
 
