@@ -36,6 +36,7 @@ import torch  # noqa: E402
 
 from benchmarks.hf_baselines import (ENGINE_BATCHED_TOKENS, STATIC_BATCH, hf_greedy, load_hf,  # noqa: E402
                                      run_hf_continuous, run_hf_static)
+from benchmarks.machine import warn_if_busy
 
 DEFAULT_CHECKPOINT = Path(".bench/llama-30m")
 CHECKPOINT_SIZES = dict(vocab_size=8192, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
@@ -182,22 +183,6 @@ def batch1(systems: dict[str, Callable[[int], Any]], prompt_len: int, new_tokens
 # ------------------------------------------------------------------------------------------------ main
 
 
-def busy_cpu_fraction(seconds: float = 0.5) -> float | None:
-    """The fraction of all cores busy over `seconds` while this process sleeps (Linux /proc/stat; else None)."""
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            values = [int(v) for v in f.readline().split()[1:]]
-        return sum(values), values[3] + values[4]  # total, idle + iowait
-
-    try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    return 1 - (idle1 - idle0) / max(1, total1 - total0)
-
-
 def parse_systems(only: str) -> list[str]:
     chosen: list[str] = []
     for name in filter(None, (s.strip() for s in only.split(","))):
@@ -220,13 +205,6 @@ def compare(label: str, workload, tokens: list[list[int]], reference: dict[int, 
     if reference:
         print(f"{label}: greedy tokens of requests {sorted(reference)} equal transformers' "
               f"(first {CHECK_TOKENS} tokens each)")
-
-
-def warn_if_busy() -> None:
-    busy = busy_cpu_fraction()
-    if busy is not None and busy > 0.25:
-        print(f"WARNING: other processes keep {busy:.0%} of the {os.cpu_count()} cores busy: the timings will be "
-              "unreliable (contended BLAS threads can run many times slower)")
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -6,7 +6,7 @@ import time
 
 import sqlalchemy as sa
 
-from benchmarks.loadtest import audit_log, print_report, run_clients
+from benchmarks.load_clients import audit_log, print_report, run_clients
 from benchmarks.replicas import Cluster, RoundRobinProxy
 
 
