@@ -1,15 +1,21 @@
 """W4A16 benchmark: the Triton INT4 kernels against torch's fp16/bf16 matmul on the dequantized weight.
 
-    python -m benchmarks.w4a16 [--m 1,16,64] [--group-size 128] [--dtype float16] [--peak-gbps G] [--sweep]
-                               [--json F]
+    python -m benchmarks.w4a16 [--m 1,16,64] [--model 8b|70b] [--group-size 128] [--dtype float16]
+                               [--peak-gbps G] [--sweep] [--json F]
 
 CUDA only. Shapes: Llama-3-8B's projections (hidden 4096, 32/8 heads of 128, intermediate 14336) as the engine runs
 them, fused (qkv 4096->6144, o 4096->4096, gate_up 4096->28672, down 14336->4096), and unfused (q, k, v, o, gate,
-up, down). Each is timed at every M of --m (tokens per matmul; default 1, a batch-1 decode step) with RTN-quantized
-random weights.
+up, down); --model 70b: Llama-3-70B's fused ones (qkv 8192->10240, o 8192->8192, gate_up 8192->57344, down
+28672->8192). Each is timed at every M of --m (tokens per matmul; default 1, a batch-1 decode step) with
+RTN-quantized random weights.
 
-Reported per shape and M: the wrapper's pick (the GEMV kernel for M <= GEMV_PICK_MAX_M, else tl.dot) and its time;
-for M <= GEMV_MAX_M also the tl.dot kernel's own pick (the path small M took before the GEMV); achieved bandwidth
+The issue-40 measurement (the GEMV / tl.dot / dense crossovers and the tl.dot table, ~6 min on an H100):
+    python -m benchmarks.w4a16 --model 70b --m 1,4,5,16,32,64,128,256,512,2048 --sweep --json w4a16.json
+
+Reported per shape and M: the wrapper's pick (the GEMV kernel for M <= GEMV_PICK_MAX_M, tl.dot up to DENSE_ABOVE_M,
+the dense path above: the weight dequantized into a reused buffer, then cuBLAS) and its time; for M <= GEMV_MAX_M
+also the tl.dot kernel's own pick (the path small M took before the GEMV); above GEMV_MAX_M both the tl.dot pick
+and the dense path, whichever the wrapper did not take, so the crossover shows; achieved bandwidth
 = bytes of weight the matmul must read (INT4: the packed codes plus the fp32 scales and mins, `Int4Weight.nbytes`;
 dense: N*K*2) / time, and its fraction of the peak: by default the bandwidth of a device-to-device copy measured
 at the start of the run (read + write bytes / time), or --peak-gbps (H100 SXM's HBM3 is 3350, H100 PCIe 2000,
@@ -35,6 +41,8 @@ import torch
 import torch.nn.functional as F
 
 FUSED = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (28672, 4096), "down_proj": (4096, 14336)}
+FUSED_70B = {"qkv_proj": (10240, 8192), "o_proj": (8192, 8192), "gate_up_proj": (57344, 8192),
+             "down_proj": (8192, 28672)}
 UNFUSED = {"q_proj": (4096, 4096), "k_proj": (1024, 4096), "v_proj": (1024, 4096), "o_proj": (4096, 4096),
            "gate_proj": (14336, 4096), "up_proj": (14336, 4096), "down_proj": (4096, 14336)}
 # Bytes of weight copies cycled through per timing: several times any L2 (H100 50 MB, H200 60 MB).
@@ -113,20 +121,21 @@ def gemv_grid(n: int, k: int, group_size: int, num_sms: int):
 
 
 def dot_grid(m: int, n: int, k: int, group_size: int, num_sms: int):
-    """W4A16Configs worth timing at M rows: block_m up to the next multiple of 16 of M, split-K only where the
-    output tiles give fewer than 2 programs per SM."""
+    """W4A16Configs worth timing at M rows: block_m the next power of two >= M (16..128: all the rows in one tile up
+    to 128), 64 to 256 weight rows per tile, K steps of 64 or 128 inside a group, 3 or 4 stages, split-K only where
+    the output tiles give fewer than 2 programs per SM."""
     from tiers.quantization.triton_w4a16 import W4A16Config
 
-    shapes = [(16, 64), (16, 128)] if m <= 16 else [(32, 64), (64, 64), (64, 128)]
+    block_m = min(128, max(16, 1 << (m - 1).bit_length()))
     block_ks = sorted({min(block_k, group_size & -group_size) for block_k in (64, 128)})  # K steps inside a group
-    for block_m, block_n in shapes:
+    for block_n in (64, 128, 256):
         for block_k in block_ks:
+            num_warps = 8 if block_m * block_n >= 8192 or block_n * block_k >= 16384 else 4  # no spills on sm_90
             for num_stages in (3, 4):
                 tiles = -(-m // block_m) * -(-n // block_n)
-                for split_k in (1, 2, 4, 8):
+                for split_k in (1, 2, 4, 8, 16):
                     if split_k == 1 or (tiles * split_k // 2 < 2 * num_sms and k // block_k // split_k >= 4):
-                        yield W4A16Config(block_m, block_n, block_k, split_k, 8 if block_m * block_n >= 8192 else 4,
-                                          num_stages)
+                        yield W4A16Config(block_m, block_n, block_k, split_k, num_warps, num_stages)
 
 
 class ShapeBench:
@@ -167,6 +176,8 @@ class ShapeBench:
 
 
 def describe(config) -> str:
+    if isinstance(config, str):
+        return f"{config} (dequantize into the buffer + cuBLAS)"
     return f"{type(config).__name__}({', '.join(f'{k}={v}' for k, v in asdict(config).items())})"
 
 
@@ -186,7 +197,7 @@ def sweep(bench: ShapeBench, x: torch.Tensor, ref: torch.Tensor, configs) -> tup
 
 
 def bench_shape(name: str, n: int, k: int, ms: list[int], args, peak: float, do_sweep: bool) -> list[dict]:
-    from tiers.quantization.triton_w4a16 import pick_config, pick_dot_config
+    from tiers.quantization.triton_w4a16 import DENSE, pick_config, pick_dot_config, uses_dense
     from tiers.quantization.triton_w4a16_gemv import GEMV_MAX_M
 
     started = time.perf_counter()
@@ -196,13 +207,18 @@ def bench_shape(name: str, n: int, k: int, ms: list[int], args, peak: float, do_
     rows = []
     for m in ms:
         x, ref = bench.inputs(m)
-        pick = pick_config(m, n, k, group, device)
+        dot_pick = pick_config(m, n, k, group, device)
+        pick = DENSE if uses_dense(m, device.type == "cuda") else dot_pick
         row = dict(name=name, n=n, k=k, m=m, int4_bytes=bench.q.nbytes, dense_bytes=bench.dense_bytes,
                    config=describe(pick), max_rel_err=bench.rel_err(x, ref, pick),
                    int4_us=bench.int4_us(x, pick), dense_us=bench.dense_us(x))
         if m <= GEMV_MAX_M:
             row["dot_config"] = describe(pick_dot_config(m, n, k, group, device))
             row["dot_us"] = bench.int4_us(x, pick_dot_config(m, n, k, group, device))
+        elif pick == DENSE:
+            row["dot_config"], row["dot_us"] = describe(dot_pick), bench.int4_us(x, dot_pick)
+        else:
+            row["dequant_mm_us"] = bench.int4_us(x, DENSE)
         if do_sweep:
             grid = gemv_grid(n, k, group, num_sms) if m <= GEMV_MAX_M else dot_grid(m, n, k, group, num_sms)
             timed, failed = sweep(bench, x, ref, grid)
@@ -212,7 +228,7 @@ def bench_shape(name: str, n: int, k: int, ms: list[int], args, peak: float, do_
             if timed:
                 row["sweep_best_us"], row["sweep_best_config"] = timed[0][0], describe(timed[0][1])
         for prefix, nbytes in (("int4", bench.q.nbytes), ("dense", bench.dense_bytes), ("dot", bench.q.nbytes),
-                               ("sweep_best", bench.q.nbytes)):
+                               ("sweep_best", bench.q.nbytes), ("dequant_mm", bench.q.nbytes)):
             if f"{prefix}_us" in row:
                 row[f"{prefix}_gbps"] = nbytes / row[f"{prefix}_us"] / 1e3
                 row[f"{prefix}_peak_frac"] = row[f"{prefix}_gbps"] / peak
@@ -234,6 +250,12 @@ def print_row(row: dict) -> None:
     if "dot_us" in row:
         print(f"{'':<14}tl.dot {row['dot_config']}: {row['dot_us']:.1f} us, {100 * row['dot_peak_frac']:.1f}%, "
               f"{row['dot_speedup']:.2f}x")
+    if "dequant_mm_us" in row:
+        print(f"{'':<14}dense path (dequantize + cuBLAS): {row['dequant_mm_us']:.1f} us, "
+              f"{row['dequant_mm_speedup']:.2f}x")
+    flops = 2 * row["m"] * row["n"] * row["k"]
+    print(f"{'':<14}{flops / row['int4_us'] / 1e6:.0f} TFLOP/s (pick), "
+          f"{flops / row['dense_us'] / 1e6:.0f} (dense fp16/bf16 weight)")
     if "sweep_best_us" in row:
         print(f"{'':<14}best   {row['sweep_best_config']}: {row['sweep_best_us']:.1f} us, "
               f"{row['sweep_best_gbps']:.0f} GB/s, {100 * row['sweep_best_peak_frac']:.1f}%, "
@@ -266,6 +288,8 @@ def main() -> None:
                         help="peak bandwidth in GB/s for the %%peak columns (default: a device-to-device copy's, "
                              "measured in the run)")
     parser.add_argument("--m", type=parse_ms, default=[1], help="tokens per matmul, a list: 1,16,64 (default 1)")
+    parser.add_argument("--model", choices=("8b", "70b"), default="8b",
+                        help="the projection shapes: Llama-3-8B's (fused and unfused) or Llama-3-70B's (fused)")
     parser.add_argument("--group-size", type=int, default=128)
     parser.add_argument("--dtype", choices=("float16", "bfloat16", "float32"), default="float16")
     parser.add_argument("--iters", type=int, default=100, help="matmuls per timed graph")
@@ -285,13 +309,15 @@ def main() -> None:
           f"copy {copy:.0f} GB/s  %peak of {peak:.0f} GB/s ({'--peak-gbps' if args.peak_gbps else 'the copy'})  "
           f"({'CUDA graphs' if not args.no_graphs else 'eager'})")
     rows = []
-    for title, shapes in (("Llama-3-8B, fused (as the engine runs them)", FUSED), ("Llama-3-8B, unfused", UNFUSED)):
-        shape_rows = {name: bench_shape(name, n, k, args.m, args, peak, args.sweep and shapes is FUSED)
+    sets = ((("Llama-3-70B, fused (as the engine runs them)", FUSED_70B),) if args.model == "70b" else
+            (("Llama-3-8B, fused (as the engine runs them)", FUSED), ("Llama-3-8B, unfused", UNFUSED)))
+    for title, shapes in sets:
+        shape_rows = {name: bench_shape(name, n, k, args.m, args, peak, args.sweep and shapes is not UNFUSED)
                       for name, (n, k) in shapes.items()}
         for i, m in enumerate(args.m):
             print(f"\n{title}, M={m}\n{HEADER}")
             for name in shapes:
-                row = dict(shape_rows[name][i], set="fused" if shapes is FUSED else "unfused")
+                row = dict(shape_rows[name][i], set="unfused" if shapes is UNFUSED else "fused")
                 rows.append(row)
                 print_row(row)
             print_total([r[i] for r in shape_rows.values()], peak)
@@ -301,6 +327,15 @@ def main() -> None:
         for r in winners:
             print(f"  M={r['m']:<3} {r['name']:<13} {r['sweep_best_config']}  {r['sweep_best_us']:.1f} us  "
                   f"{100 * r['sweep_best_peak_frac']:.1f}%  {r['sweep_best_speedup']:.2f}x")
+    crossover = {}
+    for r in rows:
+        dense_us = r.get("dequant_mm_us", r["int4_us"] if r["config"].startswith("dense") else None)
+        dot_us = r.get("dot_us") if r["config"].startswith("dense") else r["int4_us"]
+        if r["m"] > 8 and dense_us is not None and dot_us is not None and dense_us < dot_us:
+            crossover[r["name"]] = min(crossover.get(r["name"], r["m"]), r["m"])
+    if crossover:
+        print("\nSmallest M where the dense path beat tl.dot (DENSE_ABOVE_M is the threshold): "
+              + ", ".join(f"{name} {m}" for name, m in crossover.items()))
     print(f"\n{time.perf_counter() - started:.0f} s in all")
     if args.json:
         with open(args.json, "w") as f:

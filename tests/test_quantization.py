@@ -215,3 +215,36 @@ def test_a_layer_built_for_cuda_takes_tensors_on_the_current_cuda_device():
     cuda, cuda0, cuda1, cpu = (torch.device(d) for d in ("cuda", "cuda:0", "cuda:1", "cpu"))
     assert same_device(cuda0, cuda) and same_device(cuda, cuda0) and same_device(cuda1, cuda1)
     assert not same_device(cpu, cuda) and not same_device(cuda0, cpu) and not same_device(cuda1, cuda0)
+
+
+def test_the_registry_has_one_method_per_format_and_one_kernel_object_per_name():
+    from tiers.quantization.methods import KERNELS, METHODS, NATIVE_KERNELS, method_of
+
+    assert set(METHODS) == {"int4", "int8", "kquant"}
+    for method in METHODS.values():
+        assert all(KERNELS[name].name == name for name in method.kernels + method.explicit)
+    assert set(NATIVE_KERNELS) == {"cpu_w4a8", "cpu_w8a8", "cpu_w8a32", "cpu_kq"}
+    int4, int8 = quantize_int4(torch.randn(32, 128), 32), quantize_int8(torch.randn(32, 128))
+    assert method_of(int4) is METHODS["int4"] and method_of(int8) is METHODS["int8"]
+    with pytest.raises(QuantizationError, match="Int4Weight or Int8Weight"):
+        method_of(torch.randn(2, 2))
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert METHODS["int8"].pick(int8, cuda).name == "dequant"
+    assert METHODS["int4"].pick(int4, cpu, "torch").name == "cpu_int4pack"
+    assert METHODS["int4"].pick(int4, cpu).name == ("cpu_w4a8" if native_library() else "cpu_int4pack")
+    with pytest.raises(QuantizationError, match="unknown kernel"):
+        QuantizedLinear(int4, kernel="marlin")
+
+
+def test_quantization_modes_are_written_once_and_import_without_torch():
+    import subprocess
+    import sys
+
+    from tiers.engine import config
+    from tiers.models import checkpoint
+    from tiers.quantization import modes
+
+    assert config.QUANTIZATION_MODES is checkpoint.QUANTIZATION_MODES is modes.QUANTIZATION_MODES
+    code = ("import sys; from tiers.engine.config import EngineConfig; from tiers.quantization.modes import "
+            "QUANTIZATION_MODES; assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -65,6 +65,59 @@ def test_matches_dequantized_reference(case, device):
     assert_close(y, reference(x, weight), 1e-5)
 
 
+# Decode batches and small prefill chunks (5..256 rows) on the tl.dot GEMM: its own tile shapes, and the H100
+# table's picks at these shapes (block_n 128 over N = 200: a partial N tile; several M tiles for M = 64 at block_m 16)
+GEMM_CASES = {
+    "m5_g64": (5, 40, 256, 64, W4A16Config(16, 32, 64)),
+    "m17_two_m_tiles_split2": (17, 40, 256, 32, W4A16Config(16, 16, 32, split_k=2)),
+    "m17_one_tile_of_32": (17, 24, 256, 128, W4A16Config(32, 16, 128)),
+    "m64_g128_four_m_tiles": (64, 40, 512, 128, W4A16Config(16, 32, 64, split_k=3)),
+    "m64_one_tile": (64, 24, 256, 128, W4A16Config(64, 16, 64)),
+}
+
+
+@device_param
+@pytest.mark.parametrize("case", list(GEMM_CASES))
+def test_gemm_matches_dequantized_reference(case, device):
+    m, n, k, group, config = GEMM_CASES[case]
+    weight = random_int4(n, k, group, seed=len(case))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(11))
+    y = w4a16_matmul(x.to(device), weight.to(device), config)
+    assert y.shape == (m, n) and y.dtype == torch.float32
+    assert_close(y, reference(x, weight), 1e-5)
+
+
+@device_param
+@pytest.mark.parametrize("m", [5, 17, 64])
+def test_gemm_with_the_h100_table_configs(m, device, monkeypatch):
+    """The configs pick_dot_config gives a 132-SM GPU, run here (in the interpreter on CPU) at a small shape."""
+    monkeypatch.setattr(triton_w4a16, "_interpreting", lambda: False)
+    monkeypatch.setattr(triton_w4a16, "_num_sms", lambda device: 132)
+    config = pick_dot_config(m, 200, 512, 128, torch.device("cuda"))
+    monkeypatch.undo()
+    assert config.block_n == 128 and config.block_m == max(16, triton.next_power_of_2(m))
+    weight = random_int4(200, 512, 128, seed=m)
+    x = torch.randn(m, 512, generator=torch.Generator().manual_seed(m))
+    assert_close(w4a16_matmul(x.to(device), weight.to(device), config), reference(x, weight), 1e-5)
+
+
+@device_param
+def test_dequantize_kernel_equals_the_reference_dequantizer(device):
+    """The dense path's Triton dequantizer (the interpreter on CPU): every group size it takes, N not a multiple
+    of its block, fp32 (and bf16 / fp16 on CUDA)."""
+    from tiers.quantization.triton_w4a16 import launch_dequantize
+
+    dtypes = [torch.float32] + ([torch.bfloat16, torch.float16] if device == "cuda" else [])
+    for group, k in ((32, 96), (64, 512), (128, 256), (96, 192)):
+        weight = random_int4(45, k, group, seed=group)
+        for dtype in dtypes:
+            out = torch.full((45, k), float("nan"), dtype=dtype, device=device)
+            launch_dequantize(weight.to(device), out)
+            # exact in the interpreter; a fused multiply-add on the GPU may round the last bit differently
+            torch.testing.assert_close(out.cpu(), weight.dequantize(dtype), rtol=1e-6 if dtype == torch.float32
+                                       else 1e-2, atol=1e-6)
+
+
 @device_param
 def test_rtn_weight_3d_and_strided_input(device):
     """A real RTN weight; x 3-D and a strided view (row stride > K, as a slice of a fused projection's output)."""
@@ -118,19 +171,35 @@ def test_rejects_what_it_cannot_run(device, monkeypatch):
 
 
 def test_cuda_dot_configs_split_k_only_when_tiles_are_few(monkeypatch):
-    """The tl.dot kernel's CUDA table (checked here without a GPU): Llama-3-8B shapes on a 132-SM H100."""
+    """The tl.dot kernel's CUDA table (checked here without a GPU) on Llama-3-8B / 70B shapes, a 132-SM H100: all
+    the rows of a decode batch in one tile, split-K only while the tiles leave SMs idle (every slice >= 4 steps)."""
     monkeypatch.setattr(triton_w4a16, "_interpreting", lambda: False)
     monkeypatch.setattr(triton_w4a16, "_num_sms", lambda device: 132)
     cuda = torch.device("cuda")
-    o_proj = pick_dot_config(1, 4096, 4096, 128, cuda)
-    assert (o_proj.block_m, o_proj.split_k) == (16, 8)  # 64 N tiles x 8 slices of 4 K steps
-    assert pick_dot_config(1, 28672, 4096, 128, cuda).split_k == 1  # gate_up: 448 tiles already
-    down = pick_dot_config(16, 4096, 14336, 128, cuda)
-    assert down == pick_config(16, 4096, 14336, 128, cuda)  # past GEMV_PICK_MAX_M the wrapper runs tl.dot
-    assert down.split_k == 8 and 14336 // 128 // down.split_k >= 4
-    assert pick_dot_config(1, 4096, 256, 32, cuda).split_k == 2  # short K: every slice keeps >= 4 steps
+    o_proj = pick_dot_config(16, 4096, 4096, 128, cuda)
+    assert (o_proj.block_m, o_proj.block_n, o_proj.split_k) == (16, 128, 16)  # 32 N tiles x 16 slices of 4 steps
+    assert pick_dot_config(5, 4096, 4096, 128, cuda) == o_proj  # 5..16 rows: one bucket
+    assert pick_dot_config(16, 28672, 4096, 128, cuda).split_k == 2  # gate_up: 224 tiles, 2 per SM wanted
+    assert pick_dot_config(17, 57344, 8192, 128, cuda).split_k == 1  # 70B gate_up: 448 tiles
+    down = pick_dot_config(64, 4096, 14336, 128, cuda)
+    assert down == pick_config(64, 4096, 14336, 128, cuda)  # past GEMV_PICK_MAX_M the wrapper runs tl.dot
+    assert (down.block_m, down.split_k) == (64, 8) and 14336 // 64 // down.split_k >= 4
+    assert pick_dot_config(16, 4096, 256, 32, cuda).split_k == 2  # short K: every slice keeps >= 4 steps
+    assert pick_dot_config(128, 8192, 8192, 128, cuda).block_m == 128
     prefill = pick_config(512, 4096, 4096, 128, cuda)
     assert (prefill.block_m, prefill.block_n, prefill.split_k) == (128, 128, 1)
+
+
+def test_rows_pick_the_path(monkeypatch):
+    """GEMV up to GEMV_PICK_MAX_M rows, tl.dot up to DENSE_ABOVE_M, the dense path above, on CUDA only."""
+    from tiers.quantization.triton_w4a16 import DENSE_ABOVE_M, uses_dense
+
+    assert GEMV_PICK_MAX_M == 4 and DENSE_ABOVE_M == 256
+    assert not uses_dense(DENSE_ABOVE_M, on_cuda=True) and uses_dense(DENSE_ABOVE_M + 1, on_cuda=True)
+    assert not uses_dense(4096, on_cuda=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert not uses_dense(4096, on_cuda=True)  # a graph being captured keeps the tl.dot kernel
 
 
 # --- the small-M GEMV kernel --------------------------------------------------------------------------------------
@@ -302,7 +371,7 @@ def test_quantized_linear_forward_through_the_kernel(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("m", [1, 5, 33, 200])
+@pytest.mark.parametrize("m", [1, 5, 17, 33, 64, 200, 256, 257, 1024])  # GEMV, tl.dot, dense (> DENSE_ABOVE_M)
 @pytest.mark.parametrize("n, k, group", [(1000, 1024, 128), (300, 512, 32), (4096, 4096, 128)])
 def test_cuda_matches_reference(dtype, m, n, k, group):
     weight = random_int4(n, k, group, seed=m).to("cuda")

@@ -148,6 +148,11 @@ class TritonW4A16Kernel(DequantKernel):
 
     def build(self, layer: QuantizedLinear, weight: Weight, device: torch.device) -> None:
         _int4_buffers(layer, weight, device)
+        from tiers.quantization.w4a16_dense import reserve
+
+        # the dense path's bf16 buffer for this layer, allocated now so that the KV cache (sized from the memory
+        # left after loading) leaves room for it
+        reserve(device, layer.out_features * layer.in_features * 2)
 
     def forward(self, layer: QuantizedLinear, x: torch.Tensor) -> torch.Tensor:
         from tiers.quantization.triton_w4a16 import w4a16_matmul

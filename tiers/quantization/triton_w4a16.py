@@ -1,36 +1,42 @@
-"""Triton W4A16 matmul: y[M, N] = x[M, K] @ dequant(W)[N, K]^T for an Int4Weight, dequantized in registers.
+"""Triton W4A16 matmul: y[M, N] = x[M, K] @ dequant(W)[N, K]^T for an Int4Weight, by row count.
 
 The weight stays in Int4Weight's storage format, no repacking: `packed` uint8 [N, K/2] row-major (column 2i of a
 row in the low nibble of byte i, 2i+1 in the high one), `scales`/`mins` [N, K/group_size], value = code*scale+min.
 
-Tiling. A program owns a [BLOCK_M, BLOCK_N] output tile and walks its share of K in BLOCK_K steps (grid: N tiles
-fastest, then M tiles, then SPLIT_K slices of the K loop). Each step loads the packed bytes as a [BLOCK_K/2,
-BLOCK_N] tile (BLOCK_K/2 contiguous bytes of each weight row) and splits every byte into its two nibbles, `b & 15`
-(even columns) and `b >> 4` (odd columns). Rather than interleaving the nibbles back into K order, the activations
-are loaded the same way, as their even and odd columns, and the two halves go to two tl.dot calls on the raw codes
-(exact in fp16/bf16), accumulated in fp32. BLOCK_K divides the group size, so one (scale, min) per output column
-covers the step, and it is applied after the dot:
+Three paths, picked by M (the rows of the call) on CUDA:
+- M <= GEMV_PICK_MAX_M (4): a GEMV without tl.dot (triton_w4a16_gemv.py): decode at batch 1-4 streams the weight
+  once, FMAs on the CUDA cores.
+- up to DENSE_ABOVE_M (256): the tiled tl.dot GEMM below, dequantizing in registers. While M is small (decode
+  batches) the step still reads the weight once, so its time should stay near batch 1's; the tensor cores do the
+  math.
+- above DENSE_ABOVE_M (prefill chunks): the weight dequantized into a reused buffer, then cuBLAS
+  (tiers.quantization.w4a16_dense), as vLLM's AWQ path does from 256 tokens: compute-bound, where the dense GEMM
+  runs at tensor-core speed and the dequantization pass costs 2.5 bytes per weight, hidden by 2 * M flops.
+The thresholds and the tables are reasoned from the roofline, not yet measured: `python -m benchmarks.w4a16 --sweep`
+times the alternatives on a GPU (and the dense path beside tl.dot, to place the crossover).
 
-    sum_k x[m, k] * (c[n, k] * s[n] + z[n]) = s[n] * (x @ c^T)[m, n] + z[n] * sum_k x[m, k]
+The GEMM. A program owns a [BLOCK_N weight rows, BLOCK_M activation rows] tile of the transposed output and walks
+its share of K in BLOCK_K steps (grid: M tiles fastest, so programs sharing a weight tile run together and the
+second reads it from L2; then N tiles; then SPLIT_K slices of the K loop). Each step loads the packed bytes as a
+[BLOCK_N, BLOCK_K/2] tile (contiguous along K in each weight row), builds each nibble's value without an int->float
+conversion (as the GEMV does: the code moved into the mantissa of 1.0 gives f = 1 + c/16 exactly, and
+c * s + z = 16s * f + (z - 16s), one FMA), interleaves the two nibbles back into K order (tl.interleave: a
+register-level join) and casts to the activations' dtype, then accumulates tl.dot(w [BLOCK_N, BLOCK_K],
+x^T [BLOCK_K, BLOCK_M]) in fp32. The weight is the dot's first operand ("swap AB"): Hopper's wgmma takes its A
+operand from registers, where the dequantized tile already is, and the tokens sit in the MMA's N dimension, which
+is 8-256 wide, so 5-16 rows pad to 16, not to 64. BLOCK_K divides the group size, so one (scale, min) per weight
+row covers a step. The weight is rounded to the activation dtype before the dot, as the dense path's buffer is, so
+the two paths compute with the same values.
 
-which costs a few FMAs per output element instead of two per weight element, and leaves no weight rounding to the
-activation dtype (the products are exact, so the result is if anything closer to the fp32 reference than
-F.linear on a dequantized fp16/bf16 weight).
+Small M has too few output tiles to fill the GPU when N is small, so the K loop is split: each slice writes an
+fp32 partial tile and a small second kernel sums the slices in a fixed order and casts (deterministic, unlike
+atomics). Block sizes come from a fixed table (`pick_dot_config`) instead of autotuning: no tuning runs at engine
+start, and the same shapes always run the same code.
 
-Small M (decode) has too few output tiles to fill the GPU when N is small, so the K loop is split: each slice
-writes an fp32 partial tile and a small second kernel sums the slices in a fixed order and casts (deterministic,
-unlike atomics). Block sizes come from a fixed table (decode / small batch / prefill) instead of autotuning: no
-tuning runs at engine start, and the same shapes always run the same code. They are untuned guesses until measured
-on a GPU (benchmarks/w4a16.py takes --sweep to compare the alternatives).
+`pick_config` returns a GemvConfig or a W4A16Config; either can be passed to w4a16_matmul (the interpreter runs the
+GEMV only when a GemvConfig asks for it, and never the dense path by itself).
 
-Small-M path. tl.dot pads M to 16, so a batch-1 decode step spends most of its work on padding; on CUDA the wrapper
-hands M <= GEMV_PICK_MAX_M (4) rows to a GEMV kernel instead (triton_w4a16_gemv.py: no tl.dot, each program streams
-BLOCK_N weight rows once for all M rows, FMAs on the CUDA cores, codes unpacked without int->float conversions,
-split-K partials summed by the same deterministic kernel). `pick_config` returns a GemvConfig or a W4A16Config;
-either can be passed to w4a16_matmul (the interpreter runs the GEMV only when a GemvConfig asks for it). The
-threshold and the GEMV table come from SASS instruction counts, not from timings: no GPU has measured them yet.
-
-On CPU the kernel runs only in the Triton interpreter (TRITON_INTERPRET=1 before triton is imported), in float32.
+On CPU the kernels run only in the Triton interpreter (TRITON_INTERPRET=1 before triton is imported), in float32.
 """
 from __future__ import annotations
 
@@ -52,6 +58,12 @@ MIN_BLOCK_K = 32
 GROUP_SIZE_MULTIPLE = MIN_BLOCK_K
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_SPLIT_K = 16
+# Above this many rows (on CUDA) the weight is dequantized into a reused buffer and cuBLAS runs the matmul
+# (w4a16_dense); vLLM's AWQ path switches at 256 tokens. Reasoned, not measured: benchmarks.w4a16 --sweep times both.
+DENSE_ABOVE_M = 256
+DENSE = "dense"  # w4a16_matmul's config for the dense path, whatever M
+DEQUANT_BLOCK_N = 32
+DEQUANT_BLOCK_K = 256  # upper bound: a power of two dividing the group size
 
 
 @dataclass(frozen=True)
@@ -70,48 +82,76 @@ def _interpreting() -> bool:
 
 
 @triton.jit
+def _nibble_values(packed, SHIFT: tl.constexpr, scale16, zero16):
+    """code * scale + min (fp32) of the nibble at bit SHIFT (0 or 4) of each byte (int32 [BLOCK_N, BLOCK_K/2]):
+    the code moved to mantissa bits 19..22 of 1.0 is f = 1 + c/16, and c * s + z = f * 16s + (z - 16s)."""
+    bits = ((packed << (19 - SHIFT)) & 0x780000) | 0x3F800000
+    return bits.to(tl.float32, bitcast=True) * scale16[:, None] + zero16[:, None]
+
+
+@triton.jit
 def _w4a16_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, M, N, iters_per_split, total_iters,
                   stride_xm, stride_xk, stride_wn, stride_sn, stride_os, stride_om, stride_on,
                   GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   IS_FP32: tl.constexpr):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok = m < M
     n_ok = n < N
-    # Rows past N re-read row 0 (their results are never stored): no masks on the weight loads of the hot loop.
+    # Rows past N (weight) and past M (activations) re-read row 0, and their results are never stored: no masks on
+    # the loads of the hot loop.
     n_row = tl.where(n_ok, n, 0).to(tl.int64)
+    m_row = tl.where(m_ok, m, 0).to(tl.int64)
     half = tl.arange(0, BLOCK_K // 2)
-    w_ptrs = w_ptr + n_row[None, :] * stride_wn + half[:, None]  # [BLOCK_K/2, BLOCK_N] packed bytes
-    x_even_ptrs = x_ptr + m.to(tl.int64)[:, None] * stride_xm + (2 * half)[None, :] * stride_xk  # [BLOCK_M, BLOCK_K/2]
+    cols = tl.arange(0, BLOCK_K)
+    w_ptrs = w_ptr + n_row[:, None] * stride_wn + half[None, :]  # [BLOCK_N, BLOCK_K/2] packed bytes
+    xt_ptrs = x_ptr + cols[:, None] * stride_xk + m_row[None, :] * stride_xm  # [BLOCK_K, BLOCK_M]: x^T
     s_ptrs = s_ptr + n_row * stride_sn
     z_ptrs = z_ptr + n_row * stride_sn
 
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     start = pid_k * iters_per_split
     end = tl.minimum(start + iters_per_split, total_iters)
     for it in range(start, end):
         k0 = it * BLOCK_K
-        packed = tl.load(w_ptrs + k0 // 2)
-        x_even = tl.load(x_even_ptrs + k0 * stride_xk, mask=m_ok[:, None], other=0.0)
-        x_odd = tl.load(x_even_ptrs + (k0 + 1) * stride_xk, mask=m_ok[:, None], other=0.0)
-        low = (packed & 0xF).to(x_ptr.dtype.element_ty)  # codes of columns k0 + 2i
-        high = (packed >> 4).to(x_ptr.dtype.element_ty)  # codes of columns k0 + 2i + 1
+        packed = tl.load(w_ptrs + k0 // 2).to(tl.int32)
+        xt = tl.load(xt_ptrs + k0 * stride_xk)
         group = k0 // GROUP_SIZE
-        scale = tl.load(s_ptrs + group).to(tl.float32)
-        zero = tl.load(z_ptrs + group).to(tl.float32)
+        scale16 = 16.0 * tl.load(s_ptrs + group).to(tl.float32)
+        zero16 = tl.load(z_ptrs + group).to(tl.float32) - scale16
+        low = _nibble_values(packed, 0, scale16, zero16)  # columns k0 + 2i
+        high = _nibble_values(packed, 4, scale16, zero16)  # columns k0 + 2i + 1
+        w = tl.interleave(low, high).to(x_ptr.dtype.element_ty)  # [BLOCK_N, BLOCK_K] in K order
         if IS_FP32:
-            dot = tl.dot(x_even, low, input_precision="ieee")
-            dot = tl.dot(x_odd, high, dot, input_precision="ieee")
+            acc = tl.dot(w, xt, acc, input_precision="ieee")
         else:
-            dot = tl.dot(x_even, low)  # fp16/bf16 operands, fp32 accumulation
-            dot = tl.dot(x_odd, high, dot)
-        x_sum = tl.sum(x_even.to(tl.float32) + x_odd.to(tl.float32), axis=1)
-        acc += dot * scale[None, :] + x_sum[:, None] * zero[None, :]
-    out_ptrs = out_ptr + pid_k * stride_os + m.to(tl.int64)[:, None] * stride_om + n[None, :] * stride_on
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+            acc = tl.dot(w, xt, acc)  # fp16/bf16 operands, fp32 accumulation
+    out_ptrs = out_ptr + pid_k * stride_os + m.to(tl.int64)[None, :] * stride_om + n[:, None] * stride_on
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=n_ok[:, None] & m_ok[None, :])
+
+
+@triton.jit
+def _dequant_kernel(w_ptr, s_ptr, z_ptr, out_ptr, N, stride_wn, stride_sn, stride_on,
+                    GROUP_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[n, k] = code * scale + min (fp32, then out's dtype) for a [BLOCK_N, BLOCK_K] tile: the dense path's
+    buffer (w4a16_dense). Exact codes (an int->float conversion: this pass is memory-bound, not issue-bound)."""
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k0 = tl.program_id(1) * BLOCK_K
+    n_ok = n < N
+    n_row = n.to(tl.int64)
+    half = tl.arange(0, BLOCK_K // 2)
+    packed = tl.load(w_ptr + n_row[:, None] * stride_wn + k0 // 2 + half[None, :], mask=n_ok[:, None], other=0)
+    group = k0 // GROUP_SIZE
+    scale = tl.load(s_ptr + n_row * stride_sn + group, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+    zero = tl.load(z_ptr + n_row * stride_sn + group, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+    low = (packed & 0xF).to(tl.float32) * scale + zero
+    high = (packed >> 4).to(tl.float32) * scale + zero
+    values = tl.interleave(low, high).to(out_ptr.dtype.element_ty)
+    cols = k0 + tl.arange(0, BLOCK_K)
+    tl.store(out_ptr + n_row[:, None] * stride_on + cols[None, :], values, mask=n_ok[:, None])
 
 
 @triton.jit
@@ -148,6 +188,14 @@ def uses_gemv(m: int, on_cuda: bool) -> bool:
     return on_cuda and m <= GEMV_PICK_MAX_M
 
 
+def uses_dense(m: int, on_cuda: bool) -> bool:
+    """Whether the wrapper hands M rows to the dense path (w4a16_dense: dequantize into a reused buffer, then
+    cuBLAS): on CUDA above DENSE_ABOVE_M rows, except while a CUDA graph is being captured (decode graphs hold at
+    most 256 rows; a graph keeps the tl.dot kernel, which needs no buffer)."""
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return on_cuda and m > DENSE_ABOVE_M and not capturing
+
+
 def pick_config(m: int, n: int, k: int, group_size: int, device: torch.device) -> W4A16Config | GemvConfig:
     """The config w4a16_matmul runs without one: the GEMV table for small M on CUDA, else the tl.dot table."""
     if uses_gemv(m, device.type == "cuda" and not _interpreting()):
@@ -155,24 +203,38 @@ def pick_config(m: int, n: int, k: int, group_size: int, device: torch.device) -
     return pick_dot_config(m, n, k, group_size, device)
 
 
+# The tl.dot table on CUDA: (largest M, config, programs wanted per SM before split-K). Reasoned, not measured (an
+# H100 in mind; `benchmarks.w4a16 --sweep` chooses): up to 64 rows the step is bound by reading the weight, so each
+# program streams a 128-row weight tile in K steps of 64 (4 KB of codes per stage, 4 stages in flight) with all the
+# rows of M in one tile (the weight read once), and split-K fills the SMs when N is narrow (o_proj, down_proj).
+# Above 64 rows the MMA work grows: 128 x 128 tiles, and the M tiles of one weight tile run side by side (grid order)
+# so the second reads it from L2. Checked by compiling for sm_90 ahead of time (Triton 3.9, bf16): every entry runs
+# wgmma (HGMMA) with the dequantized weight from registers and cp.async for the activations, without spills (registers
+# a thread: 199, 227, 170, 235); [64, 128] on 4 warps spilled (255 + 104 bytes of stack), hence 8 warps there.
+DOT_TABLE = (
+    (16, W4A16Config(block_m=16, block_n=128, block_k=64, num_warps=4, num_stages=4), 2),
+    (32, W4A16Config(block_m=32, block_n=128, block_k=64, num_warps=4, num_stages=4), 2),
+    (64, W4A16Config(block_m=64, block_n=128, block_k=64, num_warps=8, num_stages=4), 1),
+    (128, W4A16Config(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3), 1),
+)
+LARGE_M_CONFIG = W4A16Config(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)
+
+
 def pick_dot_config(m: int, n: int, k: int, group_size: int, device: torch.device) -> W4A16Config:
-    """Block sizes of the tl.dot kernel: decode-shaped (M <= 16), small batches (M <= 64), prefill. Split-K only
-    when the output tiles alone would leave SMs idle."""
+    """Block sizes of the tl.dot kernel (DOT_TABLE by M). Split-K only when the output tiles alone would leave SMs
+    idle, every slice keeping at least 4 K steps."""
     if _interpreting() or device.type != "cuda":
         return W4A16Config(block_m=16, block_n=32, block_k=64)
-    if m <= 16:
-        config = W4A16Config(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)
-        min_programs = 2 * _num_sms(device)
-    elif m <= 64:
-        config = W4A16Config(block_m=32 if m <= 32 else 64, block_n=64, block_k=64, num_warps=4, num_stages=4)
-        min_programs = _num_sms(device)
+    for max_m, config, per_sm in DOT_TABLE:
+        if m <= max_m:
+            break
     else:
-        return W4A16Config(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)
+        return LARGE_M_CONFIG
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     iters = k // _block_k(config.block_k, group_size)
     split_k = 1
-    while tiles * split_k < min_programs and split_k * 2 <= min(MAX_SPLIT_K, iters // 4):
-        split_k *= 2  # every slice keeps at least 4 K steps
+    while tiles * split_k < per_sm * _num_sms(device) and split_k * 2 <= min(MAX_SPLIT_K, iters // 4):
+        split_k *= 2
     return W4A16Config(config.block_m, config.block_n, config.block_k, split_k, config.num_warps,
                        config.num_stages)
 
@@ -231,7 +293,7 @@ def _launch_dot(x2: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mi
     n = packed.shape[0]
     block_k, total_iters, iters_per_split, split_k = _dot_plan(k, group_size, config)
     stride_os = 0 if split_k == 1 else target.stride(0)
-    grid = (triton.cdiv(n, config.block_n), triton.cdiv(m, config.block_m), split_k)
+    grid = (triton.cdiv(m, config.block_m), triton.cdiv(n, config.block_n), split_k)
     _w4a16_kernel[grid](
         x2, packed, scales, mins, target, m, n, iters_per_split, total_iters,
         x2.stride(0), x2.stride(1), packed.stride(0), scales.stride(0), stride_os, target.stride(-2),
@@ -240,10 +302,12 @@ def _launch_dot(x2: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mi
         IS_FP32=x2.dtype == torch.float32, num_warps=config.num_warps, num_stages=config.num_stages)
 
 
-def w4a16_matmul(x: torch.Tensor, weight: Int4Weight, config: W4A16Config | GemvConfig | None = None) -> torch.Tensor:
+def w4a16_matmul(x: torch.Tensor, weight: Int4Weight,
+                 config: W4A16Config | GemvConfig | str | None = None) -> torch.Tensor:
     """x [M, K] or [B, S, K] (fp16/bf16/fp32 on CUDA; fp32 in the interpreter) @ weight.dequantize()^T ->
-    [M, N] or [B, S, N] in x's dtype. config: override the kernel and its block sizes (tests, benchmarks): a
-    GemvConfig runs the GEMV kernel (M <= GEMV_MAX_M), a W4A16Config the tl.dot one; None takes pick_config's."""
+    [M, N] or [B, S, N] in x's dtype. config: override the path and its block sizes (tests, benchmarks): a
+    GemvConfig runs the GEMV kernel (M <= GEMV_MAX_M), a W4A16Config the tl.dot one, DENSE the dequantize +
+    matmul path; None: the dense path above DENSE_ABOVE_M rows on CUDA, else pick_config's."""
     _check_inputs(x, weight)
     n, k = weight.shape
     lead = x.shape[:-1]
@@ -252,6 +316,10 @@ def w4a16_matmul(x: torch.Tensor, weight: Int4Weight, config: W4A16Config | Gemv
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out.view(*lead, n)
+    if config == DENSE or (config is None and uses_dense(m, x.device.type == "cuda" and not _interpreting())):
+        from tiers.quantization.w4a16_dense import dense_matmul
+
+        return dense_matmul(x2, weight).view(*lead, n)
     if config is None:
         config = pick_config(m, n, k, weight.group_size, x.device)
     if isinstance(config, GemvConfig):
@@ -273,3 +341,16 @@ def w4a16_matmul(x: torch.Tensor, weight: Int4Weight, config: W4A16Config | Gemv
         block = 1024
         _sum_splits_kernel[(triton.cdiv(m * n, block),)](target, out, m * n, SPLIT_K=split_k, BLOCK=block)
     return out.view(*lead, n)
+
+
+def launch_dequantize(weight: Int4Weight, out: torch.Tensor) -> None:
+    """out [N, K] = weight.dequantize(out.dtype), by _dequant_kernel (w4a16_dense's buffer)."""
+    n, k = weight.shape
+    packed = weight.packed if weight.packed.stride(1) == 1 else weight.packed.contiguous()
+    scales, mins = weight.scales.contiguous(), weight.mins.contiguous()
+    if out.stride(1) != 1:
+        raise ValueError("out must be contiguous along K")
+    block_k = _block_k(DEQUANT_BLOCK_K, weight.group_size)
+    grid = (triton.cdiv(n, DEQUANT_BLOCK_N), k // block_k)
+    _dequant_kernel[grid](packed, scales, mins, out, n, packed.stride(0), scales.stride(0), out.stride(0),
+                          GROUP_SIZE=weight.group_size, BLOCK_N=DEQUANT_BLOCK_N, BLOCK_K=block_k, num_warps=4)
