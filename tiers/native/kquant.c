@@ -302,18 +302,25 @@ static inline facc lanes_fma_v(__m256i codes, int sgn, const int8_t *a, __m256 s
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sv, acc);
 }
 
-/* group_scales for Q4_K / Q5_K, the 8 scales and mins unpacked at once (ggml's utmp trick): the same floats */
+/* Q4_K / Q5_K: the 8 6-bit scales (bytes 0-7) and mins (8-15) of a group, unpacked in registers (ggml's utmp
+ * trick on four 32-bit lanes; going through memory, the 64-bit loads of 32-bit stores stall store forwarding).
+ * u0, u1, u2 = the 12 bytes: scales = [u0 & m1, (u2 & m2) | ((u0 >> 6) & m3) << 4], mins = [u1 & m1,
+ * ((u2 >> 4) & m2) | ((u1 >> 6) & m3) << 4]. */
+static inline __m128i k4_scale_bytes(const uint8_t *g) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(g + 4)); /* u0 u1 u2 (and 4 bytes of codes) */
+    const __m128i p = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  /* u0 u2 u1 u2 */
+    const __m128i q = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  /* u0 u0 u1 u1 */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(p, _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(q, 6), _mm_setr_epi32(0, 0x03030303, 0, 0x03030303));
+    return _mm_or_si128(lo, _mm_slli_epi32(top, 4));
+}
+
+/* group_scales for Q4_K / Q5_K, the 8 scales and mins unpacked at once: the same floats */
 static inline void k4_scales(const uint8_t *g, float *lo, float *hi, float *mn) {
-    uint32_t u[4];
-    memcpy(u, g + 4, 12);
-    const uint32_t m1 = 0x3f3f3f3fu, m2 = 0x0f0f0f0fu, m3 = 0x03030303u;
-    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
-    const uint32_t mins_lo = u[1] & m1;
-    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
-    u[2] = mins_lo;
-    u[0] &= m1;
-    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)u)));
-    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(u + 2))));
+    const __m128i b = k4_scale_bytes(g);
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
     const __m256 d = _mm256_mul_ps(_mm256_set1_ps(fp16(g)), sc);
     _mm256_storeu_ps(lo, d);
     _mm256_storeu_ps(hi, d);
@@ -496,11 +503,148 @@ static inline __attribute__((always_inline)) void kq_two_rows(const int TYPE, co
 }
 #endif
 
+#if defined(KQ_VNNI)
+/* The 512-bit path for Q4_K and Q6_K (the blocks of Q4_K_M files' projections): sub-blocks 2c and 2c + 1 of a
+ * group in one vector, lanes 0-7 the even sub-block's eight int32 lanes and float lanes (the 256-bit paths'
+ * acc[0]), lanes 8-15 the odd one's (acc[1]). Every lane gets the same exact integer sum and the same float
+ * operations in the same order as there, so the bits are the same; half the instructions per weight byte. */
+#define KQ_W512 1
+
+/* the codes of sub-blocks 2c, 2c + 1 of group g, unsigned (Q6_K's 0..63: its - 32 goes into the sums' start) */
+static inline __attribute__((always_inline)) __m512i k512_codes(const int TYPE, const uint8_t *g, int c) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    if (TYPE == T_Q4_K) { /* low nibbles of qs[32c ..] are sub-block 2c, the high ones 2c + 1 */
+        const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 16 + 32 * c)));
+        return _mm512_and_si512(_mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)), m4);
+    }
+    /* Q6_K: sub-blocks q = 2 (c & 1) and q + 1 of half h = c >> 1: ql[64h .. 64h + 63] (low nibbles for q < 2,
+     * else high), and bits 2q, 2q + 1 of qh[32h + l] */
+    const int h = c >> 1, odd = c & 1;
+    const __m512i ql = _mm512_loadu_si512((const void *)(g + 64 * h));
+    const __m512i lo = _mm512_and_si512(odd ? _mm512_srli_epi16(ql, 4) : ql, m4);
+    const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 128 + 32 * h)));
+    const __m512i shift = odd ? _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6) : _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+    const __m512i top = _mm512_and_si512(_mm512_srlv_epi64(both, shift), _mm512_set1_epi8(3));
+    return _mm512_or_si512(lo, _mm512_slli_epi16(top, 4));
+}
+
+/* k4_scales / k6_scales in registers. Q6_K: lo = d * sc[2j], hi = d * sc[2j + 1]. Q4_K: the 8 scales and 8 mins
+ * converted in one vector and multiplied by [d x 8, -dmin x 8] (-dmin from the fp16 sign bit: -(dmin * m) is
+ * (-dmin) * m exactly): lanes 0-7 d * sc, lanes 8-15 -(dmin * m), the same floats as k4_scales. */
+static inline __attribute__((always_inline)) __m512 k512_scales(const int TYPE, const uint8_t *g, __m256 *hi) {
+    if (TYPE == T_Q6_K) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(g + 192));
+        const __m256 d = _mm256_set1_ps(fp16(g + 208));
+        const __m128i even = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1,
+                                                                -1, -1));
+        const __m128i oddb = _mm_shuffle_epi8(sc, _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1,
+                                                                -1, -1));
+        *hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(oddb)));
+        return _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(even))));
+    }
+    uint32_t dm;
+    memcpy(&dm, g, 4);
+    const __m128 d_negmin = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(dm ^ 0x80000000u)));
+    const __m512 mult = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                              _mm512_castps128_ps512(d_negmin));
+    *hi = _mm256_setzero_ps();
+    return _mm512_mul_ps(mult, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scale_bytes(g))));
+}
+
+/* the scale vector of pair c from a row's 8 (Q4_K: s[j]) or 16 (Q6_K: s_lo[j], then s_hi[j]) scales */
+static inline __attribute__((always_inline)) __m512 k512_scale_pair(const int TYPE, __m512 s, int c) {
+    const int e = 2 * c, o = 2 * c + 1;
+    const __m512i idx = TYPE == T_Q6_K
+        ? _mm512_setr_epi32(e, e, e, e, 8 + e, 8 + e, 8 + e, 8 + e, o, o, o, o, 8 + o, 8 + o, 8 + o, 8 + o)
+        : _mm512_setr_epi32(e, e, e, e, e, e, e, e, o, o, o, o, o, o, o, o);
+    return _mm512_permutexvar_ps(idx, s);
+}
+
+/* out[m0 + r, n + i] for R activation rows and NW (1 or 2) weight rows: rows_dot's arithmetic, 64 codes a step */
+static inline __attribute__((always_inline)) void k512_rows(const int TYPE, const act_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *w, int64_t n, const int NW, float *out, int64_t ldo) {
+    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
+    __m512 acc[2][KQ_ROWS];
+    __m256 mv[2][KQ_ROWS];
+    for (int i = 0; i < NW; i++)
+        for (int r = 0; r < R; r++) {
+            acc[i][r] = _mm512_setzero_ps();
+            mv[i][r] = _mm256_setzero_ps();
+        }
+    for (int64_t gi = 0; gi < nb / 8; gi++) {
+        const uint8_t *g[2];
+        __m256 lo[2], hi[2], mn[2];
+        for (int i = 0; i < NW; i++) {
+            g[i] = w + (n + i) * rb + gi * gb;
+            group_prefetch(g[i]);
+            const __m512 both = k512_scales(TYPE, g[i], &hi[i]);
+            lo[i] = _mm512_castps512_ps256(both);
+            mn[i] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1));
+        }
+        __m512 s[2][KQ_ROWS];
+        for (int r = 0; r < R; r++) {
+            const __m256 da = _mm256_loadu_ps(a->d + (m0 + r) * nb + gi * 8);
+            for (int i = 0; i < NW; i++) {
+                const __m512 s_lo = _mm512_castps256_ps512(_mm256_mul_ps(lo[i], da));
+                s[i][r] = TYPE == T_Q6_K
+                    ? _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(s_lo),
+                                                          _mm256_castps_pd(_mm256_mul_ps(hi[i], da)), 1))
+                    : s_lo;
+            }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i codes[2];
+            for (int i = 0; i < NW; i++) codes[i] = k512_codes(TYPE, g[i], c);
+            for (int r = 0; r < R; r++) {
+                const __m512i av = _mm512_loadu_si512((const void *)(a->q + (m0 + r) * K + (gi * 8 + 2 * c) * QK));
+                /* Q6_K: sum (q - 32) a = sum q a - 32 sum a, lane by lane, exact */
+                const __m512i start = TYPE == T_Q6_K
+                    ? _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), av))
+                    : _mm512_setzero_si512();
+                for (int i = 0; i < NW; i++) {
+                    const __m512i isum = _mm512_dpbusd_epi32(start, codes[i], av);
+                    acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), k512_scale_pair(TYPE, s[i][r], c),
+                                                acc[i][r]);
+                }
+            }
+        }
+        if (TYPE != T_Q6_K)
+            for (int r = 0; r < R; r++) {
+                const __m256 ds = _mm256_loadu_ps(a->dsum + (m0 + r) * nb + gi * 8);
+                for (int i = 0; i < NW; i++) mv[i][r] = _mm256_fmadd_ps(mn[i], ds, mv[i][r]);
+            }
+    }
+    for (int i = 0; i < NW; i++)
+        for (int r = 0; r < R; r++) {
+            const __m256 even = _mm512_castps512_ps256(acc[i][r]);
+            const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][r]), 1));
+            out[(m0 + r) * ldo + n + i] = (facc_sum(_mm256_add_ps(even, odd)) + facc_sum(mv[i][r])) + 0.0f;
+        }
+}
+
+/* weight rows n0 .. n0 + NT - 1 for R activation rows: two weight rows at a time while few activation rows */
+static inline __attribute__((always_inline)) void k512_tile(const int TYPE, const act_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
+    int64_t t = 0;
+    if (R <= 2)
+        for (; t + 1 < NT; t += 2) k512_rows(TYPE, a, m0, R, K, w, n0 + t, 2, out, ldo);
+    for (; t < NT; t++) k512_rows(TYPE, a, m0, R, K, w, n0 + t, 1, out, ldo);
+}
+#endif
+
 /* out[m, n0 + t] for R activation rows from m0 and weight rows n0 .. n0 + NT - 1; TYPE and R constant per call.
  * Two accumulators per row (even and odd blocks of 32) so that consecutive FMAs do not wait on each other; the
  * K-quants' mins go into 8 lanes (one per sub-block), Q4_1 / Q5_1's into one float. */
 static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const act_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
+#if defined(KQ_W512)
+    if (TYPE == T_Q4_K || TYPE == T_Q6_K) {
+        k512_tile(TYPE, a, m0, R, K, w, n0, NT, out, ldo);
+        return;
+    }
+#endif
 #if defined(KQ_SIMD)
     if (R == 1 && (TYPE == T_Q4_K || TYPE == T_Q5_K)) {
         int64_t t = 0;

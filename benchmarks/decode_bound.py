@@ -1,0 +1,265 @@
+"""The memory bound of a batch-1 CPU decode step, measured in the same run as the decode (issue 37).
+
+    python -m benchmarks.decode_bound --model FILE [--threads 2] [--rows 1,5] [--kernel-bytes 1024]
+
+- the machine: CPU model and the ISA flags that decide which kernel path runs (AVX2, AVX-512 F / VNNI / BF16,
+  AVX-VNNI, AMX), and the path the native library was built for;
+- the read bound: torch's `sum` over a 1 GiB float32 tensor on the decode's thread count, best of a few (what one
+  pass over the weights can cost at most);
+- the bytes a decode step must read: every weight of the decoder layers, the final norm and the output matrix,
+  one row of an untied input embedding (`step_weight_bytes` for our loaded model, `gguf_step_bytes` for the file
+  as llama.cpp runs it); a system's effective bandwidth = those bytes x its tokens/s, its share = that / the bound;
+- per kernel: each projection kind of the model (qkv, o, gate_up, down, the output matrix) by its block types and
+  shape, timed alone on its real weights at batch 1 (and at more rows with --rows: a verification step's cost),
+  each call on weights not in any cache (the layers' own weights, cycled, and copies of them up to --kernel-bytes
+  in all, so that every call streams its bytes from memory as a decode step does) with its GB/s and share of the
+  bound, so the slow kernel is named, not guessed.
+`benchmarks.quantization` calls these beside its decode runs. Prints a table and one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+ISA_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16")
+READ_BYTES = 1 << 30
+KERNEL_BYTES = 1 << 30  # at least the weights each kernel's timing cycles through (caches are up to ~0.5 GB)
+
+
+def cpu_info() -> dict[str, Any]:
+    """CPU model, vendor, logical CPUs, the ISA flags of ISA_FLAGS it has, and the native library's build path."""
+    model = vendor = ""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model:
+                    model = value.strip()
+                elif key == "vendor_id" and not vendor:
+                    vendor = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    from tiers.native import native_library
+
+    native = native_library()
+    return {"model": model or os.uname().machine, "vendor": vendor, "cpus": os.cpu_count(),
+            "isa": [f for f in ISA_FLAGS if f in flags], "native_isa": native.isa if native else None}
+
+
+def describe_cpu(info: dict[str, Any]) -> str:
+    return (f"{info['model']} ({info['vendor']}, {info['cpus']} CPUs); ISA: {' '.join(info['isa']) or 'none of '}"
+            f"; native kernels built for {info['native_isa']}")
+
+
+def read_bandwidth(threads: int, nbytes: int = READ_BYTES, repeats: int = 5) -> dict[str, Any]:
+    """GB/s of torch's sum over nbytes of float32 on `threads` threads: the best of `repeats` passes (each pass
+    reads every byte once from memory: the tensor is larger than the caches)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x = torch.ones(nbytes // 4)
+        x.sum()
+        runs = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            x.sum()
+            runs.append(nbytes / (time.perf_counter() - start) / 1e9)
+        del x
+    finally:
+        torch.set_num_threads(before)
+    return {"threads": threads, "bytes": nbytes, "read_gb_s": max(runs), "runs": runs}
+
+
+def step_weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights a batch-1 decode step reads from our loaded model: every parameter and buffer (tied ones
+    once, rotary tables excluded), except that an input embedding not shared with the lm_head counts one row."""
+    seen: set[int] = set()
+    total = 0
+    embed = getattr(model, "embed_tokens", None)
+    embed_ids = {id(t) for t in list(embed.parameters()) + list(embed.buffers())} if embed is not None else set()
+    items = [(n, t) for n, t in list(model.named_parameters()) + list(model.named_buffers())
+             if not n.startswith("rotary.")]
+    items.sort(key=lambda item: id(item[1]) in embed_ids)  # the lm_head before the embedding: a tied one is whole
+    for _, t in items:
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        nbytes = t.numel() * t.element_size()
+        total += nbytes // t.shape[0] if id(t) in embed_ids and t.dim() >= 2 else nbytes
+    return total
+
+
+def gguf_step_bytes(path: Path) -> int:
+    """Bytes a batch-1 decode step reads of the GGUF file as stored (what llama.cpp reads): every tensor, but one
+    row of token_embd when the file has its own output.weight."""
+    from gguf import GGUFReader
+
+    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+    total = 0
+    for name, t in tensors.items():
+        if name == "token_embd.weight" and "output.weight" in tensors:
+            total += int(t.n_bytes) // int(t.shape[-1])  # gguf's shape lists the row length first
+        else:
+            total += int(t.n_bytes)
+    return total
+
+
+def bound_row(weight_bytes: int, tokens_per_s: float, read_gb_s: float) -> dict[str, float]:
+    gb_s = weight_bytes * tokens_per_s / 1e9
+    return {"step_weight_bytes": weight_bytes, "weight_gb_s": gb_s, "share_of_read_bw": gb_s / read_gb_s}
+
+
+def _kind(name: str) -> str:
+    return re.sub(r"^layers\.\d+\.(self_attn|mlp)\.", "", name)
+
+
+def _matmul(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A fresh copy of a quantized projection's weights (no byte shared with the model's) and its batch-1 kernel
+    call, as the engine's decode makes it (bias added apart, outside the timing)."""
+    if module.kernel == "cpu_kq":
+        from tiers.quantization import kquant
+        from tiers.quantization.kquant import KQuantWeight
+
+        weight = KQuantWeight([(kind, rows.clone()) for kind, rows in module.kq.parts], module.kq.in_features)
+        native = module.native
+        return lambda x: kquant.gemm(native, x, weight)
+    clone = copy.deepcopy(module)
+    return clone._kernel_matmul
+
+
+def _resident(module: torch.nn.Module) -> int:
+    return sum(b.numel() * b.element_size() for b in module.buffers()) + sum(
+        p.numel() * p.element_size() for n, p in module.named_parameters() if n != "bias")
+
+
+def projection_groups(model: torch.nn.Module) -> dict[tuple, list[tuple[str, torch.nn.Module]]]:
+    """The model's quantized projections grouped by (kind, block types, shape, kernel), in model order."""
+    from tiers.quantization import QuantizedLinear
+
+    groups: dict[tuple, list[tuple[str, torch.nn.Module]]] = defaultdict(list)
+    for name, module in model.named_modules():
+        if isinstance(module, QuantizedLinear):
+            types = "+".join(module.kq.types) if module.kernel == "cpu_kq" else module.mode
+            groups[(_kind(name), types, (module.out_features, module.in_features), module.kernel)].append(
+                (name, module))
+    return groups
+
+
+def kernel_breakdown(model: torch.nn.Module, threads: int, read_gb_s: float | None, rows: tuple[int, ...] = (1,),
+                     kernel_bytes: int = KERNEL_BYTES, repeats: int = 3) -> list[dict[str, Any]]:
+    """Per projection group: its kernel timed alone at each row count of `rows`, on its own copies of the group's
+    weights (cycled through at least kernel_bytes, so no call finds its weights in a cache). bytes: one call's
+    weight bytes (the layer's buffers: blocks, scales); gb_s: bytes / seconds per call; ms_per_token: the
+    group's calls in one decode step (one per layer) at that time; share: gb_s / read_gb_s."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    out = []
+    try:
+        for (kind, types, (n, k), kernel), members in projection_groups(model).items():
+            per_call = _resident(members[0][1])
+            copies = max(1, math.ceil(kernel_bytes / (per_call * len(members))))
+            calls = [_matmul(module) for _ in range(copies) for _, module in members]
+            row = {"kind": kind, "types": types, "shape": [n, k], "kernel": kernel, "layers": len(members),
+                   "bytes": per_call, "copies": len(calls)}
+            for m in rows:
+                x = torch.randn(m, k)
+                for call in calls:  # warm-up: page faults of the copies, the kernel's first call
+                    call(x)
+                best = math.inf
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    for call in calls:
+                        call(x)
+                    best = min(best, (time.perf_counter() - start) / len(calls))
+                key = "" if m == 1 else f"_m{m}"
+                row[f"us{key}"] = best * 1e6
+                row[f"gb_s{key}"] = per_call / best / 1e9
+                row[f"ms_per_token{key}"] = best * len(members) * 1e3
+                if read_gb_s:
+                    row[f"share{key}"] = per_call / best / 1e9 / read_gb_s
+                if m != 1 and "us" in row:
+                    row[f"cost_m{m}_vs_m1"] = best * 1e6 / row["us"]
+            del calls
+            out.append(row)
+    finally:
+        torch.set_num_threads(before)
+    return out
+
+
+def print_cpu_and_bound(info: dict[str, Any], bandwidth: dict[int, dict[str, Any]]) -> None:
+    print(f"CPU: {describe_cpu(info)}")
+    for t, bw in bandwidth.items():
+        print(f"read bound, {t} thread(s): {bw['read_gb_s']:.1f} GB/s (torch sum over "
+              f"{bw['bytes'] / (1 << 30):.0f} GiB, best of {len(bw['runs'])})")
+
+
+def print_breakdown(rows: list[dict[str, Any]], ms: tuple[int, ...] = (1,)) -> None:
+    head = f"{'projection':<14} {'types':<16} {'N x K':>13} {'layers':>6} {'MB/call':>8} {'us/call':>8} " \
+           f"{'GB/s':>6} {'share':>6} {'ms/token':>9}"
+    extra = "".join(f" {f'us m={m}':>9} {f'x m=1':>6}" for m in ms if m != 1)
+    print(head + extra)
+    for r in sorted(rows, key=lambda r: -r["ms_per_token"]):
+        line = (f"{r['kind']:<14} {r['types']:<16} {r['shape'][0]:>6} x {r['shape'][1]:<5} {r['layers']:>6} "
+                f"{r['bytes'] / 1e6:>8.2f} {r['us']:>8.1f} {r['gb_s']:>6.1f} "
+                f"{r.get('share', float('nan')):>6.0%} {r['ms_per_token']:>9.2f}")
+        for m in ms:
+            if m != 1:
+                line += f" {r[f'us_m{m}']:>9.1f} {r[f'cost_m{m}_vs_m1']:>5.2f}x"
+        print(line)
+    total_ms = sum(r["ms_per_token"] for r in rows)
+    total_bytes = sum(r["bytes"] * r["layers"] for r in rows)
+    line = f"all projections: {total_ms:.2f} ms per token for {total_bytes / 1e6:.0f} MB ({total_bytes / total_ms / 1e6:.1f} GB/s)"
+    for m in ms:
+        if m != 1:
+            t = sum(r[f"ms_per_token_m{m}"] for r in rows)
+            line += f"; {m} rows: {t:.2f} ms ({t / total_ms:.2f}x one row)"
+    print(line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, type=Path)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quantization", default="auto")
+    ap.add_argument("--lm8", action="store_true", help="quantize_lm_head=True (the family demo's setting)")
+    ap.add_argument("--rows", default="1", help="comma-separated row counts per kernel call (1 first), e.g. 1,5")
+    ap.add_argument("--kernel-bytes", type=int, default=KERNEL_BYTES >> 20, help="MiB each kernel cycles through")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    rows = tuple(int(r) for r in args.rows.split(","))
+    from tiers import Engine
+
+    info = cpu_info()
+    engine = Engine.from_pretrained(str(args.model), quantization=args.quantization, quantize_lm_head=args.lm8,
+                                    kv_cache_bytes=16 << 20, max_model_len=256)
+    model = engine.runner.model
+    bandwidth = {args.threads: read_bandwidth(args.threads)}
+    read = bandwidth[args.threads]["read_gb_s"]
+    breakdown = kernel_breakdown(model, args.threads, read, rows, args.kernel_bytes << 20, args.repeats)
+    ours, theirs = step_weight_bytes(model), gguf_step_bytes(args.model)
+    print_cpu_and_bound(info, bandwidth)
+    print(f"{args.model.name}: a decode step reads {ours / 1e6:.1f} MB of our loaded weights "
+          f"({theirs / 1e6:.1f} MB of the file as stored); at the read bound: {read * 1e9 / ours:.1f} tok/s")
+    print_breakdown(breakdown, rows)
+    print("JSON " + json.dumps({"cpu": info, "bandwidth": bandwidth, "step_weight_bytes": ours,
+                                "gguf_step_bytes": theirs, "kernels": breakdown}))
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()
