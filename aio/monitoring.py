@@ -23,7 +23,7 @@ from aio.settings import MONITORED_TIERS, Prices, Settings
 from quality_monitor import (AnswerComparer, Candidate, ControllerSettings, QualityMonitor, ReplayResult, Sampler,
                              ThresholdChange, ThresholdController, Verdict)
 from tiers.engine.sampling_params import SamplingParams
-from tiers.pool import Tier
+from tiers.serving.pool import Tier
 
 logger = logging.getLogger(__name__)
 

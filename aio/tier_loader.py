@@ -15,8 +15,8 @@ from aio.settings import TIER_ORDER, TierSettings
 from tiers.llm_engine import Engine
 from tiers.models.checkpoint import is_checkpoint
 from tiers.models.gguf import GGUFCheckpoint, load_gguf
-from tiers.pool import LocalTier, Tier, TierPool, load_local_tier
-from tiers.remote import RemoteTier
+from tiers.serving.pool import LocalTier, Tier, TierPool, load_local_tier
+from tiers.serving.remote import RemoteTier
 from tiers.spec_decode.draft_model import DraftModelError
 
 logger = logging.getLogger(__name__)

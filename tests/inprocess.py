@@ -23,7 +23,7 @@ from aio.server.errors import install_error_handlers
 from aio.server.routes import chat
 from aio.settings import TierSettings
 from tests.test_chat_service import FixedClassifier, ListLog
-from tiers.pool import TierPool
+from tiers.serving.pool import TierPool
 
 PATH = "/v1/chat/completions"
 

@@ -21,7 +21,7 @@ from aio.db.records import RequestRecord
 from tests.test_chat_service import FakeTier, make_service, request, run
 from tiers.engine.errors import RequestFailedError
 from tiers.engine.sequence import TokenLogprob
-from tiers.pool import TierUnavailableError
+from tiers.serving.pool import TierUnavailableError
 
 ON = CascadeSettings(enabled=True, threshold=-0.5)
 SMALL_ONLY = (1.0, 0.0, 0.0)  # the classifier routes everything to small

@@ -18,7 +18,7 @@ from aio.routing import ClassifierBatcher, Router
 from aio.settings import TierSettings
 from tiers.engine.sampling_params import InvalidRequestError
 from tiers.engine.errors import RequestFailedError
-from tiers.pool import ChatChunk, TierLoad, TierPool, TierUnavailableError
+from tiers.serving.pool import ChatChunk, TierLoad, TierPool, TierUnavailableError
 
 
 @dataclass

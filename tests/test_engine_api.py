@@ -361,7 +361,7 @@ def test_a_grammar_that_gives_up_mid_generation_fails_its_request_only(engine, m
 
 def test_a_broken_engine_loop_is_the_tier_s_failure(llama_path, monkeypatch):
     """The scheduler's own failure is not one request's: the local tier reports itself unavailable."""
-    from tiers.pool import LocalTier, TierUnavailableError
+    from tiers.serving.pool import LocalTier, TierUnavailableError
 
     engine = Engine.from_pretrained(llama_path, max_model_len=256)
     tier = LocalTier("small", engine, "m")

@@ -15,7 +15,7 @@ from benchmarks.live_server import aio_command, create_key, server_env, start_se
 from tests.inprocess import Call, StepGate, chat_app, engine_idle, limited_key, until
 from tests.test_server_api import HELLO, log_rows
 from tiers.llm_engine import Engine
-from tiers.pool import LocalTier
+from tiers.serving.pool import LocalTier
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from aio.probing.store import ProbeStore
 from aio.settings import Prices, TierSettings
 from probes.probe_set import probe_set
 from tiers.engine.sequence import TokenLogprob
-from tiers.pool import ChatChunk
+from tiers.serving.pool import ChatChunk
 
 
 class ScriptedTier:

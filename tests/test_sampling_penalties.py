@@ -12,7 +12,7 @@ from tiers import Engine, InvalidRequestError, SamplingParams
 from tiers.engine.logits_processor import process_logits
 from tiers.engine.sampler import processed_probs
 from tiers.engine.sequence import Sequence
-from tiers.remote import RemoteTier
+from tiers.serving.remote import RemoteTier
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -17,7 +17,7 @@ import pytest
 from tests.inprocess import Call, chat_app
 from tiers.engine import structured_output
 from tiers.llm_engine import Engine
-from tiers.pool import LocalTier
+from tiers.serving.pool import LocalTier
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,7 +30,7 @@ import asyncio, json, sys
 from tests.inprocess import Call, chat_app
 from tests.test_schema_limits import property_chain
 from tiers.llm_engine import Engine
-from tiers.pool import LocalTier
+from tiers.serving.pool import LocalTier
 
 LONG = 65_536
 engine = Engine.from_pretrained(sys.argv[1], max_model_len=LONG)  # the tool's schema in the prompt fits

@@ -9,12 +9,12 @@ import llguidance
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tiers.pool import ChatChunk
-from tiers.tools.local import ChunkParser
-from tiers.tools.options import ChatOptions
-from tiers.tools.parsers import HermesParser, Llama3JsonParser, NamedCallParser, RequiredCallsParser
-from tiers.tools.prompt import FALLBACK_TOOL_PROMPT, TemplateTools, render_messages
-from tiers.tools.tool_choice import guided_schema, make_parser, required_calls_schema
+from tiers.serving.pool import ChatChunk
+from tiers.serving.tools.local import ChunkParser
+from tiers.serving.tools.options import ChatOptions
+from tiers.serving.tools.parsers import HermesParser, Llama3JsonParser, NamedCallParser, RequiredCallsParser
+from tiers.serving.tools.prompt import FALLBACK_TOOL_PROMPT, TemplateTools, render_messages
+from tiers.serving.tools.tool_choice import guided_schema, make_parser, required_calls_schema
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather",
                                             "parameters": {"type": "object",

@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field
 from benchmarks.live_server import start_server
 from tests.test_embedded_default import ADMIN, require_smollm2
 from tiers.engine.sampling_params import SamplingParams
-from tiers.remote import RemoteTier
-from tiers.tools.options import ChatOptions
+from tiers.serving.remote import RemoteTier
+from tiers.serving.tools.options import ChatOptions
 
 
 

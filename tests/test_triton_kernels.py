@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import DEVICES
-from tiers.attention.reference import paged_attention_reference, store_kv_cache_reference
+from tests.attention_reference import paged_attention_reference, store_kv_cache_reference
 
 triton = pytest.importorskip("triton")
 from tiers.attention.triton_kv_store import store_kv_cache  # noqa: E402

@@ -1,8 +1,18 @@
-"""The tier pool's inference engine: paged KV cache, continuous batching, Llama-family models.
+"""AIO's tiers: the inference engine (paged KV cache, continuous batching, Llama-family models) and the tier
+layer above it. No SQL, and no HTTP except a remote tier's client (`serving/remote.py`).
 
-Layers, each importing only the ones below it:
-  llm_engine (Engine: the front end) > spec_decode > engine (scheduler, KV cache, model runner, sampling) >
-  models > attention.
+Floors, top to bottom, each importing only the ones below it (tests/test_structure.py holds the folders and
+modules on disk to this list):
+  serving/          the tier pool AIO serves from: a local Engine or a remote server per tier; tool calling
+  llm_engine.py     Engine, the engine's front end: requests in, the step loop, outputs out
+  spec_decode/      speculative decoding: draft and n-gram proposers, the speculator, adaptive k
+  engine/           scheduler, KV cache and blocks, model runner, sampling, structured outputs, EngineConfig
+  models/           model configs, the Llama-family model, checkpoints (HF, AWQ, GGUF), tokenizers
+  attention/        attention backends: PyTorch, Triton, native
+  quantization/     INT4 / INT8 weights, QuantizedLinear and its kernels
+  native/           the native CPU library (C, built at first use)
+  triton_device.py  where Triton kernels can run: compiled on CUDA, or in the interpreter on CPU
+  checkpoints.py    random checkpoints built offline (demo tiers, tests, benchmarks)
 The public names below load on first use, so `tiers.engine.config` (EngineConfig) imports without torch.
 """
 from __future__ import annotations

@@ -25,8 +25,8 @@ from aio.routing.context_routing import ContextRouting
 from aio.routing.outcome_fit import RoutingFit
 from aio.routing.verify import Verifier
 from aio.routing.reasons import Reason
-from tiers.pool import TierUnavailableError
-from tiers.tools.options import ChatOptions
+from tiers.serving.pool import TierUnavailableError
+from tiers.serving.tools.options import ChatOptions
 
 logger = logging.getLogger(__name__)
 

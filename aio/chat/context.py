@@ -14,8 +14,8 @@ from aio.routing import RoutingDecision
 from aio.routing.conversation import ConversationKeys
 from aio.routing.verify import Verifier
 from tiers.engine.sampling_params import SamplingParams
-from tiers.pool import ChatChunk, Tier
-from tiers.tools.options import ChatOptions
+from tiers.serving.pool import ChatChunk, Tier
+from tiers.serving.tools.options import ChatOptions
 
 
 @dataclass

@@ -13,8 +13,8 @@ from aio.chat.queue_admission import QUEUE_FULL_RETRY_AFTER_S
 from aio.metrics import Metrics
 from tiers.engine.sampling_params import InvalidRequestError
 from tiers.engine.structured_output import GRAMMAR_FAILED
-from tiers.pool import ChatChunk, TierUnavailableError
-from tiers.tools.options import ChatOptions
+from tiers.serving.pool import ChatChunk, TierUnavailableError
+from tiers.serving.tools.options import ChatOptions
 
 
 async def generate(chat: PreparedChat, state: GenerationState,

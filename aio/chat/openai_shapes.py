@@ -5,8 +5,8 @@ import json
 from typing import Any
 
 from aio.chat.context import ChoiceState, GenerationState, PreparedChat
-from tiers.pool import ChatChunk, Tier
-from tiers.tools.options import ToolCallDelta
+from tiers.serving.pool import ChatChunk, Tier
+from tiers.serving.tools.options import ToolCallDelta
 
 
 def finish_reason(reason: str) -> str:

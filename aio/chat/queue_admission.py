@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aio.api.errors import APIError
 from aio.chat.context import PreparedChat
-from tiers.pool import Tier
+from tiers.serving.pool import Tier
 
 QUEUE_FULL_RETRY_AFTER_S = 1.0
 DEFAULT_MAX_QUEUE = 256

@@ -6,7 +6,7 @@ from typing import Any
 
 from aio.api.errors import APIError, invalid_request
 from aio.api.schemas import ChatCompletionRequest
-from tiers.tools.options import ChatOptions
+from tiers.serving.tools.options import ChatOptions
 
 # Fields OpenAI or vLLM define that would change the answer and that AIO does not implement: field -> why.
 UNSUPPORTED_FIELDS = {

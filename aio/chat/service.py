@@ -25,8 +25,8 @@ from aio.routing.policy import RoutingPolicy
 from aio.settings import Prices, TierSettings
 from classifier.heuristic import HeuristicClassifier
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
-from tiers.pool import ChatChunk, Tier, TierPool, TierUnavailableError
-from tiers.tools.options import ChatOptions
+from tiers.serving.pool import ChatChunk, Tier, TierPool, TierUnavailableError
+from tiers.serving.tools.options import ChatOptions
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from aio.api.errors import APIError, invalid_request
 from aio.routing import RoutingDecision
 from aio.routing.reasons import Reason
 from tiers.engine.sampling_params import InvalidRequestError
-from tiers.pool import Tier, TierPool, TierUnavailableError
-from tiers.tools.options import ChatOptions
+from tiers.serving.pool import Tier, TierPool, TierUnavailableError
+from tiers.serving.tools.options import ChatOptions
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from aio.routing import Classifier, Router
 from aio.http.auth import Authenticator
 from aio.http.key_limits import KeyLimiter
 from aio.settings import Settings, TierSettings
-from tiers.pool import TierPool
+from tiers.serving.pool import TierPool
 
 
 @dataclass

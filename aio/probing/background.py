@@ -17,7 +17,7 @@ from aio.probing.runner import ProbeTarget
 from aio.probing.shipped import import_shipped
 from aio.probing.store import ProbeStore, RunStatus
 from aio.settings import TierSettings
-from tiers.pool import TierPool
+from tiers.serving.pool import TierPool
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from aio.probing.store import ProbeOutcome, ProbeStore
 from aio.settings import Prices
 from probes import Task
 from tiers.engine.sampling_params import SamplingParams
-from tiers.pool import Tier
+from tiers.serving.pool import Tier
 
 PROBE_PRIORITY = 10  # the quality monitor's replays' priority: behind every live request
 MAX_NEW_TOKENS = 96

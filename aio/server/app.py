@@ -29,7 +29,7 @@ from aio.server.host_check import HostCheckMiddleware, host_check
 from aio.server.no_store import NoStoreMiddleware
 from aio.settings import REFERENCE_TIER, Settings, TierSettings
 from aio.tier_loader import build_pool
-from tiers.pool import TierPool
+from tiers.serving.pool import TierPool
 
 logger = logging.getLogger("aio.server")
 

@@ -16,8 +16,8 @@ from tiers.engine.outputs import SpecDecodeStats
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.sequence import TokenLogprob
 from tiers.llm_engine import Engine
-from tiers.tools.local import LocalToolSupport
-from tiers.tools.options import ChatOptions, ToolCallDelta
+from tiers.serving.tools.local import LocalToolSupport
+from tiers.serving.tools.options import ChatOptions, ToolCallDelta
 
 logger = logging.getLogger(__name__)
 

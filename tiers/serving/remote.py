@@ -10,8 +10,8 @@ import httpx
 
 from tiers.engine.errors import RequestFailedError
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
-from tiers.pool import ChatChunk, Message, TierLoad, TierUnavailableError
-from tiers.tools.options import ChatOptions, ToolCallDelta
+from tiers.serving.pool import ChatChunk, Message, TierLoad, TierUnavailableError
+from tiers.serving.tools.options import ChatOptions, ToolCallDelta
 
 COOLDOWN_S = 5.0  # after a connection failure the tier counts as down this long
 

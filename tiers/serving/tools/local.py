@@ -6,10 +6,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams, StructuredOutputParams
-from tiers.tools.options import ChatOptions, ToolCallDelta
-from tiers.tools.parsers import ToolCallParser
-from tiers.tools.prompt import TemplateTools, render_messages
-from tiers.tools.tool_choice import guided_schema, make_parser, wants_json_object
+from tiers.serving.tools.options import ChatOptions, ToolCallDelta
+from tiers.serving.tools.parsers import ToolCallParser
+from tiers.serving.tools.prompt import TemplateTools, render_messages
+from tiers.serving.tools.tool_choice import guided_schema, make_parser, wants_json_object
 
 if TYPE_CHECKING:
     from tiers.llm_engine import Engine

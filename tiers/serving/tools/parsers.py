@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiers.tools.options import ToolCall, ToolCallDelta, arguments_text, new_tool_call_id
+from tiers.serving.tools.options import ToolCall, ToolCallDelta, arguments_text, new_tool_call_id
 
 
 @dataclass

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from tiers.tools.options import ChatOptions
+from tiers.serving.tools.options import ChatOptions
 
 FALLBACK_TOOL_PROMPT = """You can call functions to help answer. The functions, as JSON schemas:
 <tools>

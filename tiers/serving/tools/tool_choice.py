@@ -6,8 +6,9 @@ from typing import Any
 
 from referencing.jsonschema import DRAFT202012, UnknownDialect, specification_with
 
-from tiers.tools.options import ChatOptions
-from tiers.tools.parsers import HermesParser, Llama3JsonParser, NamedCallParser, RequiredCallsParser, ToolCallParser
+from tiers.serving.tools.options import ChatOptions
+from tiers.serving.tools.parsers import (HermesParser, Llama3JsonParser, NamedCallParser, RequiredCallsParser,
+                                         ToolCallParser)
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 TOOL_ID = "https://aio.invalid/tools/{}/parameters"  # each function's parameters as a resource of its own
