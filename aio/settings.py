@@ -20,6 +20,7 @@ from tiers.engine.config import EngineConfig
 TIER_ORDER = ("small", "medium", "large")  # cheapest first; index = the classifier's label
 REFERENCE_TIER = TIER_ORDER[-1]  # the quality monitor replays cheaper tiers' answers here
 MONITORED_TIERS = TIER_ORDER[:-1]
+DEFAULT_CASCADE_THRESHOLD = -0.5  # mean chosen-token logprob: about 0.61 probability per token
 
 
 def default_home() -> Path:
@@ -143,7 +144,7 @@ class Settings(BaseSettings):
     # confidence (`cascade_confidence`: mean or min chosen-token logprob) is below `cascade_threshold` is answered
     # again on the next larger tier. Per request: `aio_cascade`, `aio_cascade_threshold`.
     cascade: bool = False
-    cascade_threshold: float = Field(-0.5, le=0)
+    cascade_threshold: float = Field(DEFAULT_CASCADE_THRESHOLD, le=0)
     cascade_confidence: Literal["scorer", "mean", "min"] = "scorer"  # scorer: the routing fit's (else mean)
     log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
     max_body_bytes: int = Field(4 << 20, ge=1024)

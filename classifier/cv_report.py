@@ -14,11 +14,6 @@ PGR_SHARES = (0.2, 0.3, 0.5)
 QUALITIES = tuple(np.round(np.linspace(0.0, 1.0, 201), 3))
 
 
-def _mean_over_repeats(fn, oof: np.ndarray, idx: np.ndarray) -> float:
-    values = [fn(oof[r, idx], idx) for r in range(oof.shape[0])]
-    return float(np.nanmean(values))
-
-
 def log_loss_of(oof: np.ndarray, labels: np.ndarray, idx: np.ndarray | None = None) -> float:
     idx = np.arange(oof.shape[1]) if idx is None else idx
     p = np.clip(oof[:, idx, :][:, np.arange(len(idx)), labels[idx]], 1e-12, 1.0)

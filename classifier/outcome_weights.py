@@ -42,7 +42,7 @@ from classifier.cv import bootstrap, cross_val_proba, fmt, near_duplicate_groups
 from classifier.errors import ClassifierError
 from classifier.features import feature_matrix
 from classifier.open_ended import Outcomes, load_outcomes, outcome_labels
-from classifier.seed import CHAT_SOURCE, OPEN_SOURCE, is_holdout, load_seed_data
+from classifier.seed import CHAT_SOURCE, OPEN_SOURCE, is_holdout, label_weight, load_seed_data
 from classifier.subject_outcomes import format_rows, subject_rows
 from classifier.task_outcomes import load_task_outcomes
 
@@ -118,9 +118,9 @@ def build_mix(outcomes: Outcomes | None, tasks: Outcomes | None = None) -> Mix:
 
 
 def weights_of(mix: Mix, w: Weights) -> np.ndarray:
-    chat = mix.kinds == "chat"
-    return np.select([chat & (mix.labels == 0), chat, mix.kinds == "open", mix.kinds == "work"],
-                     [w.easy, w.hard, w.open, 0.0], 1.0)
+    """Each row's weight by `classifier.seed.label_weight`'s rule under `w`; the workload's rows ("work") 0."""
+    return np.array([0.0 if kind == "work" else label_weight(kind, label, w.easy, w.hard, w.open)
+                     for kind, label in zip(mix.kinds, mix.labels, strict=True)], dtype=float)
 
 
 def evaluate_candidate(mix: Mix, d: families.Inputs, groups: np.ndarray, weights: Weights, sanity,

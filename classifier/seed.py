@@ -70,12 +70,20 @@ def build_seed_rows(data_folder=None) -> tuple[list[str], list[int], list[str]]:
     return texts, labels, sources
 
 
+def label_weight(kind: str, label: int, easy: float = CHAT_EASY_WEIGHT, hard: float = CHAT_HARD_WEIGHT,
+                 open_ended: float = OPEN_WEIGHT) -> float:
+    """The training weight of one row by its kind: "chat" rows by their label (`easy` for small, `hard` above),
+    "open" (open-ended) rows `open_ended`, any other row (the benchmarks' outcomes) 1. `aio retrain` and the
+    shipped default use the defaults; `classifier.outcome_weights` searches other weights with the same rule."""
+    if kind == "chat":
+        return easy if int(label) == 0 else hard
+    return open_ended if kind == "open" else 1.0
+
+
 def seed_weight(source: str, label: int) -> float:
-    """The training weight of one seed row: chat rows by their label (`CHAT_EASY_WEIGHT` for small,
-    `CHAT_HARD_WEIGHT` above), `OPEN_WEIGHT` for open-ended ones, 1 for outcome rows of the benchmarks."""
-    if source.startswith(CHAT_SOURCE):
-        return CHAT_EASY_WEIGHT if int(label) == 0 else CHAT_HARD_WEIGHT
-    return OPEN_WEIGHT if source.startswith(OPEN_SOURCE) else 1.0
+    """The training weight of one seed row (`label_weight`), its kind told by its source."""
+    kind = "chat" if source.startswith(CHAT_SOURCE) else "open" if source.startswith(OPEN_SOURCE) else "outcome"
+    return label_weight(kind, label)
 
 
 def seed_weights(sources, labels) -> np.ndarray:

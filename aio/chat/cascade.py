@@ -25,19 +25,18 @@ from aio.routing.context_routing import ContextRouting
 from aio.routing.outcome_fit import RoutingFit
 from aio.routing.verify import Verifier
 from aio.routing.reasons import Reason
+from aio.settings import DEFAULT_CASCADE_THRESHOLD
 from tiers.serving.pool import TierUnavailableError
 from tiers.serving.tools.options import ChatOptions
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_THRESHOLD = -0.5  # mean chosen-token logprob: about 0.61 probability per token
 
 
 @dataclass(frozen=True)
 class CascadeSettings:
     """The server's defaults: settings `cascade`, `cascade_threshold`, `cascade_confidence`."""
     enabled: bool = False
-    threshold: float = DEFAULT_THRESHOLD
+    threshold: float = DEFAULT_CASCADE_THRESHOLD
     measure: Measure | Literal["scorer"] = "scorer"
 
 
