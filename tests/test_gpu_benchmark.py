@@ -40,6 +40,10 @@ def test_the_awq_builder_writes_a_checkpoint_the_engine_loads_and_runs_finitely(
     assert build_awq(path, TINY_70B, "cpu", seed=0).reused  # the marker matches: nothing rebuilt
 
 
+def phases_of(result: dict, part: str, model: str, system: str) -> dict:
+    return result["details"]["phases"][f"{part} {model} {system}"]
+
+
 def test_the_smoke_run_completes_on_cpu_and_writes_the_json(tmp_path):
     out = tmp_path / "gpu.json"
     main(["--smoke", "--device", "cpu", "--json", str(out), "--work-dir", str(tmp_path / "checkpoints")])
@@ -60,6 +64,18 @@ def test_the_smoke_run_completes_on_cpu_and_writes_the_json(tmp_path):
     assert {r["system"] for r in skipped} >= {"engine CUDA graphs", "transformers static cache", "torch copy_"}
     assert all("needs CUDA" in r["skipped"] for r in skipped)
     assert result["details"]["kv_usage_512"]["peak_blocks"] > 0
+    # the many-request runs report prefill and decode apart (issue 40)
+    for part, model, system in (("awq70b", "llama-70b-awq", "engine INT4 (AWQ), 4 requests"),
+                                ("int4", "llama-8b", "engine INT4, 6 requests")):
+        assert rows[(part, model, system, "throughput tok/s")]["value"] > 0
+        prefill = rows[(part, model, f"{system}: prefill", "prefill tok/s")]
+        decode = rows[(part, model, f"{system}: decode", "decode tok/s (batched)")]
+        assert prefill["value"] > 0 and decode["value"] > 0 and " s, " in prefill["note"] and "steps" in decode["note"]
+        assert 0 < phases_of(result, part, model, system)["decode_steps"] < phases_of(result, part, model, system)[
+            "output_tokens"]
+        phases = phases_of(result, part, model, system)
+        assert phases["prefill_s"] + phases["decode_s"] <= phases["seconds"]
+        assert phases["prefill_output_tokens"] + phases["decode_tokens"] == phases["output_tokens"]
     assert set(result["details"]["correctness"]) == {
         "engine vs transformers, bfloat16", "engine vs transformers, float32",
         "engine bfloat16 vs transformers float32 (rounding baseline)",
@@ -107,3 +123,14 @@ def test_parts_run_in_a_fixed_order_with_the_copy_wherever_a_share_of_it_is_repo
     assert parse_parts("all")[0] == "copy" and len(parse_parts("all")) == 7
     with pytest.raises(SystemExit, match="unknown part"):
         parse_parts("decode70b")
+
+
+def test_steps_split_into_prefill_and_decode():
+    from benchmarks.gpu.systems import split_phases
+
+    steps = [(True, 2.0, 0), (True, 1.0, 0), (False, 0.5, 6), (False, 0.5, 2)]  # (prefill?, seconds, decode rows)
+    phases = split_phases(steps, prompt_tokens=3000, output_tokens=14)
+    assert (phases["prefill_s"], phases["prefill_steps"], phases["prefill_tok_s"]) == (3.0, 2, 1000.0)
+    assert (phases["decode_s"], phases["decode_steps"], phases["decode_tokens"]) == (1.0, 2, 8)
+    assert (phases["decode_tok_s"], phases["mean_decode_batch"], phases["prefill_output_tokens"]) == (8.0, 4.0, 6)
+    assert split_phases([], 10, 0)["prefill_tok_s"] is None

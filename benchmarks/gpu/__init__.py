@@ -16,18 +16,24 @@ Parts, in the order they run (--parts picks; copy joins any part that reports a 
   correctness  8B shape: engine vs transformers greedy tokens (4 prompts x 32 tokens), bf16 and float32: the first
                mismatch per prompt and the reference's logit margin (top1 - top2) there
   int4         the engine with quantization="int4" (round-to-nearest at load, groups of 128) on the 1B and 8B
-               bf16 checkpoints, eager and CUDA graphs: batch-1 decode as above
+               bf16 checkpoints, eager (one run) and CUDA graphs: batch-1 decode as above; then the 8B's 128
+               requests (throughput's workload) on the CUDA-graph engine, against the bf16 engine's when the
+               throughput part ran
   awq70b       Llama-3-70B-shaped AutoAWQ INT4 GEMM checkpoint (random codes, ~40 GB): Engine.from_pretrained
                wall time, batch-1 decode and % of HBM, 64 requests (kv_cache_fraction 0.85, max_num_seqs 64)
+Every many-request run (the int4 and awq70b ones) also reports its prefill and decode apart: prompt tokens / the
+time of the steps that ran prompt tokens ("prefill tok/s"; decode rows of other requests may ride along in them),
+and output tokens / the time of the other steps ("decode tok/s (batched)"), with the seconds and steps of each.
 
 Rough durations on an H100, checkpoints not yet built: ESTIMATES, NOT MEASUREMENTS (no GPU has run this yet):
   copy ~10 s; decode1b ~2.5 min (building 1B ~20 s, transformers' compile ~1 min); decode8b ~4 min (building 8B
   on the GPU ~1 min, mostly writing 16 GB; compile ~1.5 min); throughput ~3.5 min; correctness ~2 min (loads the 8B
-  in float32 twice); int4 ~2.5 min; awq70b ~5.5 min (writing ~40 GB of shards maybe 1-3 min, the disk decides;
-  the load ~1 min). All parts: ~20 min, more than one 10-minute call: split them, e.g.
+  in float32 twice); int4 ~3 min (builds 1B and 8B ~1.3 min); awq70b ~4 min (writing ~40 GB of shards maybe
+  1-3 min, the disk decides; the load ~16 s; 64 requests ~15 s with the row-count dispatch of issue 40, 135 s
+  before it). All parts: ~20 min, more than one 10-minute call: split them, e.g.
       --parts decode1b,decode8b --budget-s 540      (~7 min)
-      --parts throughput,correctness,int4 --budget-s 540   (~8 min; builds the 8B again on a fresh machine)
-      --parts awq70b --budget-s 540                  (~6 min)
+      --parts throughput,correctness --budget-s 540   (~6 min; builds the 8B again on a fresh machine)
+      --parts int4,awq70b --budget-s 480             (~7 min: issue 40's INT4 figures)
   --budget-s skips a part whose estimate no longer fits, and any row once the budget is spent.
 
 Checkpoints go to --work-dir (default .bench/gpu); a finished one has a marker and is reused by a later run on

@@ -2,6 +2,7 @@
 with its reason and the part goes on."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from benchmarks.engine import copy_bandwidth, make_workload, run_engine
@@ -39,13 +40,13 @@ def _prompt(bench: Bench, vocab: int) -> list[int]:
 
 
 def _engine_decode(bench: Bench, part: str, name: str, system: str, path, int4: bool = False,
-                   **options: Any) -> Callable[[], Row]:
+                   repeats: int | None = None, **options: Any) -> Callable[[], Row]:
     def run() -> Row:
         engine, load_s, reused = bench.slot.get(path, **options)
         shape = bench.shape(name)
         note = "loaded earlier" if reused else f"load {load_s:.1f} s"
         return bench.decode_row(part, name, system, engine_decoder(engine, _prompt(bench, shape.vocab)),
-                                bench.step_bytes(shape, int4=int4), note=note)
+                                bench.step_bytes(shape, int4=int4), note=note, repeats=repeats)
     return run
 
 
@@ -92,7 +93,9 @@ def part_decode(bench: Bench, part: str, name: str) -> None:
 
 def part_int4(bench: Bench) -> None:
     """Batch-1 decode of the engine with every projection quantized to INT4 at load time (round-to-nearest, groups
-    of 128) from the bf16 checkpoints: eager and with CUDA graphs."""
+    of 128) from the bf16 checkpoints: eager (one run: the figure that matters is the graphs') and CUDA graphs; then
+    the 8B's 128 requests on that CUDA-graph engine (its KV pool as the bf16 throughput engine's), split into
+    prefill and decode."""
     for name in ("llama-1b", "llama-8b"):
         path = bench.checkpoint("int4", name)
         decode_kv = dict(kv_cache_bytes=DECODE_KV_BYTES) if bench.cuda else {}
@@ -101,10 +104,48 @@ def part_int4(bench: Bench) -> None:
             if not eager and not bench.cuda:
                 bench.skip("int4", name, system, "decode tok/s", NEEDS_CUDA)
                 continue
-            options = bench.engine_options(eager=eager, quantization="int4", **decode_kv)
+            kv = dict(kv_cache_fraction=SHARED_KV_FRACTION) if name == "llama-8b" and bench.cuda else decode_kv
+            options = bench.engine_options(eager=eager, quantization="int4", **kv)
             bench.guarded("int4", name, system, "decode tok/s",
-                          _engine_decode(bench, "int4", name, system, path, int4=True, **options))
+                          _engine_decode(bench, "int4", name, system, path, int4=True, repeats=1 if eager else None,
+                                         **options))
+        if name == "llama-8b":
+            options = bench.engine_options(eager=not bench.cuda, quantization="int4", **(
+                dict(kv_cache_fraction=SHARED_KV_FRACTION) if bench.cuda else {}))
+            n = bench.settings.num_requests
+            system = f"engine INT4, {n} requests"
+            rows = functools.partial(_requests_rows, bench, "int4", name, system, path, options, n,
+                                     compare=("throughput", f"engine, {n} requests"))
+            bench.guarded("int4", name, system, "throughput tok/s", rows)
         bench.slot.release()
+
+
+def _requests_rows(bench: Bench, part: str, model: str, system: str, path, options: dict[str, Any], n: int,
+                   seed_offset: int = 2, compare: tuple[str, str] | None = None) -> Row:
+    """n requests of the throughput workload on the engine (loaded with `options`, or the one already loaded), all
+    at once: the output tokens/s in all, then prefill and decode apart (rows "prefill tok/s" and "decode tok/s
+    (batched)", details under details.phases). compare: (part, system) of a row to state the ratio to."""
+    engine, _, _ = bench.slot.get(path, **options)
+    vocab = bench.shape(model).vocab
+    run_engine(engine, make_workload(4, bench.settings.seed + 99, vocab, (16, 48), (4, 8)))
+    result = run_engine_tracking_kv(engine, _workload(bench, n, vocab, seed_offset=seed_offset))
+    bench.report.details.setdefault("phases", {})[f"{part} {model} {system}"] = result
+    note = f"KV peak {result['peak_usage']:.0%}, {result['preemptions']} preemptions"
+    if compare:
+        other = next((r for r in bench.report.rows if (r.part, r.system) == compare and r.value), None)
+        if other:
+            note += f"; {result['output_tokens'] / result['seconds'] / other.value:.2f}x {compare[1]} ({compare[0]})"
+    row = _throughput_row(bench, part, model, system, result["seconds"], result["output_tokens"], note)
+    phases = (("prefill", "prefill tok/s", result["prefill_tok_s"],
+               (f"{result['prompt_tokens']:,} prompt tokens in {result['prefill_s']:.1f} s, "
+                f"{result['prefill_steps']} steps (decode rows riding along: {result['prefill_output_tokens']:,} "
+                "tokens)")),
+              ("decode", "decode tok/s (batched)", result["decode_tok_s"],
+               (f"{result['decode_tokens']:,} tokens in {result['decode_s']:.1f} s, {result['decode_steps']} "
+                f"steps, {result['mean_decode_batch']:.1f} rows a step on average")))
+    for phase, metric, value, phase_note in phases:
+        bench.report.add(Row(part, model, f"{system}: {phase}", metric, value, "tok/s", note=phase_note))
+    return row
 
 
 def _throughput_row(bench: Bench, part: str, model: str, system: str, seconds: float, tokens: int,
@@ -267,14 +308,8 @@ def part_awq70b(bench: Bench) -> None:
                                 bench.step_bytes(shape, int4=True))
 
     def throughput() -> Row:
-        engine, _, _ = bench.slot.get(path, **state["options"])
-        vocab = bench.shape(name).vocab
-        run_engine(engine, make_workload(4, s.seed + 99, vocab, (16, 48), (4, 8)))
-        result = run_engine_tracking_kv(engine, _workload(bench, s.awq_requests, vocab, seed_offset=2))
-        bench.report.details["kv_usage_awq70b"] = result
-        return _throughput_row(bench, "awq70b", name, f"engine INT4 (AWQ), {s.awq_requests} requests",
-                               result["seconds"], result["output_tokens"],
-                               f"KV peak {result['peak_usage']:.0%}, {result['preemptions']} preemptions")
+        return _requests_rows(bench, "awq70b", name, f"engine INT4 (AWQ), {s.awq_requests} requests", path,
+                              state["options"], s.awq_requests)
 
     bench.guarded("awq70b", name, "engine INT4 (AWQ)", "load s", load)
     if "options" in state:

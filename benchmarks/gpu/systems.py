@@ -135,11 +135,12 @@ class Bench:
         return decode_step_bytes(shape, self.float_dtype.itemsize, s.prompt_len + s.new_tokens / 2, int4=int4)
 
     def decode_row(self, part: str, model: str, system: str, decode: Callable[[int], Any], step_bytes: int,
-                   warmup: tuple[int, ...] = (8,), note: str = "") -> Row:
-        """Batch-1 decode tokens/s (benchmarks.engine.batch1: the prefill cancels out) and the share of the copy
-        bandwidth that reading step_bytes per token takes."""
+                   warmup: tuple[int, ...] = (8,), note: str = "", repeats: int | None = None) -> Row:
+        """Batch-1 decode tokens/s (benchmarks.engine.batch1: the prefill cancels out; best of `repeats`, default
+        the settings') and the share of the copy bandwidth that reading step_bytes per token takes."""
         s = self.settings
-        rate = batch1({system: decode}, s.prompt_len, s.new_tokens, repeats=s.repeats, warmup=warmup)[system]
+        rate = batch1({system: decode}, s.prompt_len, s.new_tokens, repeats=repeats or s.repeats,
+                      warmup=warmup)[system]
         copy = self.report.copy_gb_s
         hbm = step_bytes * rate / (copy * 1e9) if copy else None
         notes = [f"{1e3 / rate:.2f} ms/step", f"{step_bytes / 1e9:.2f} GB/step", note]
@@ -162,7 +163,12 @@ def engine_greedy(engine: Any, prompts: list[list[int]], n: int) -> list[list[in
 
 def run_engine_tracking_kv(engine: Any, workload: list[tuple[list[int], int]]) -> dict[str, Any]:
     """Every request at once, stepping the engine here so that its KV blocks in use can be read (Engine.stats)
-    after every step: the peak is a lower bound by at most the blocks of the sequences finishing in that step."""
+    after every step: the peak is a lower bound by at most the blocks of the sequences finishing in that step.
+
+    Each step is timed and put in one of two phases (split_phases): prefill, a step that begins with prompt tokens
+    still to compute (the first, and any while Scheduler.num_pending_prefill_tokens() > 0: decode rows of other
+    requests may ride along), and decode, every other step, which samples one token for each running sequence (no
+    speculation here)."""
     from tiers import SamplingParams
 
     generated: dict[str, int] = {}
@@ -179,8 +185,14 @@ def run_engine_tracking_kv(engine: Any, workload: list[tuple[list[int], int]]) -
         engine.add_request(prompt, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), on_output=collect)
     peak = 0
     stats = engine.stats()
+    scheduler = engine.scheduler
+    steps: list[tuple[bool, float, int]] = []  # (prefill, seconds, decode rows)
     while engine.has_unfinished_requests():
+        prefill = not steps or scheduler.num_pending_prefill_tokens() > 0
+        rows = 0 if prefill else len(scheduler.running)
+        step_start = time.perf_counter()
         engine.step()
+        steps.append((prefill, time.perf_counter() - step_start, rows))
         stats = engine.stats()
         peak = max(peak, stats.num_used_blocks)
     seconds = time.perf_counter() - start
@@ -190,7 +202,24 @@ def run_engine_tracking_kv(engine: Any, workload: list[tuple[list[int], int]]) -
     if sum(generated.values()) != want:
         raise RuntimeError(f"the engine generated {sum(generated.values())} tokens, not the {want} asked")
     return {"seconds": seconds, "output_tokens": want, "peak_blocks": peak, "num_blocks": stats.num_blocks,
-            "peak_usage": peak / stats.num_blocks, "preemptions": stats.num_preemptions}
+            "peak_usage": peak / stats.num_blocks, "preemptions": stats.num_preemptions,
+            **split_phases(steps, sum(len(p) for p, _ in workload), want)}
+
+
+def split_phases(steps: list[tuple[bool, float, int]], prompt_tokens: int, output_tokens: int) -> dict[str, Any]:
+    """Prefill and decode figures from timed steps (prefill?, seconds, decode rows): the seconds and steps of each,
+    prompt tokens / prefill seconds, and the decode steps' tokens (a token per row) / decode seconds; the tokens the
+    prefill steps sampled (every request's first among them) are the rest of output_tokens."""
+    prefill_s = sum(t for p, t, _ in steps if p)
+    decode_s = sum(t for p, t, _ in steps if not p)
+    decode_tokens = sum(n for p, _, n in steps if not p)
+    decode_steps = sum(1 for p, _, _ in steps if not p)
+    return {"prefill_s": prefill_s, "prefill_steps": len(steps) - decode_steps, "prompt_tokens": prompt_tokens,
+            "prefill_tok_s": prompt_tokens / prefill_s if prefill_s else None,
+            "prefill_output_tokens": output_tokens - decode_tokens,
+            "decode_s": decode_s, "decode_steps": decode_steps, "decode_tokens": decode_tokens,
+            "decode_tok_s": decode_tokens / decode_s if decode_s else None,
+            "mean_decode_batch": decode_tokens / max(1, decode_steps)}
 
 
 @torch.inference_mode()
