@@ -1,5 +1,5 @@
-"""The engine's front end: builds the model runner, scheduler and speculator from an EngineConfig, runs the
-scheduler/model step loop, and hands outputs to callers.
+"""The engine's front end: builds the model runner, scheduler and speculator from an EngineConfig, takes requests
+in, runs the step (tiers/engine/core.py) in a loop, and hands outputs to callers.
 
 `generate` steps inline on the caller's thread; `stream` (async) starts one background thread that steps while
 any request is unfinished, so concurrent streams and generate calls share every step.
@@ -16,17 +16,16 @@ from tiers.attention.selector import get_attention_backend
 from tiers.engine.block_manager import BlockManager
 from tiers.engine.config import EngineConfig
 from tiers.engine.detokenizer import Detokenizer
-from tiers.engine.errors import ENGINE_FAILED, REQUEST_INVALID, describe_failure, failure
+from tiers.engine.core import EngineCore
+from tiers.engine.errors import ENGINE_FAILED, failure
 from tiers.engine.inbox import Inbox
-from tiers.engine.isolation import execute_isolated
 from tiers.engine.kv_cache import kv_bytes_per_block, resolve_max_model_len
 from tiers.engine.model_runner import ModelRunner
 from tiers.engine.output_processor import OutputProcessor
 from tiers.engine.outputs import EngineStats, RequestOutput
 from tiers.engine.processor import InputProcessor, Prompt
-from tiers.engine.sampler import SamplerOutput
 from tiers.engine.sampling_params import SamplingParams, StructuredOutputParams
-from tiers.engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
+from tiers.engine.scheduler import Scheduler
 from tiers.engine.sequence import Sequence
 from tiers.engine.turnstile import Turnstile
 from tiers.models.checkpoint import open_checkpoint
@@ -75,7 +74,8 @@ class Engine:
         self._work, self._turnstile = threading.Condition(self._lock), Turnstile()  # fair turns at the lock
         self._loop_thread: threading.Thread | None = None
         self._closed = False
-        self.num_steps = 0
+        self.core = EngineCore(self.runner, self.speculator, self.scheduler, self.output_processor, self._inbox,
+                               self._lock, self.max_model_len)
 
     @classmethod
     def from_pretrained(cls, path: str | Path | GGUFCheckpoint, draft: str | Path | Engine | None = None,
@@ -116,76 +116,16 @@ class Engine:
     def has_unfinished_requests(self) -> bool:
         return bool(self._inbox or self.scheduler.has_unfinished())
 
-    # ---- the step -------------------------------------------------------------------------------------------
+    # ---- the step (tiers.engine.core) ------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
         """One scheduler/model step. A failure while serving one sequence ends that sequence with an error (its
         blocks freed) and the others go on; only a failure of the engine's own bookkeeping raises."""
-        with self._lock:
-            outputs: list[RequestOutput] = []
-            self._admit_pending(outputs)
-            if self.speculator is not None:
-                self.speculator.plan(self.scheduler.running, self.scheduler.num_pending_prefill_tokens(),
-                                     self.max_model_len)
-            sched = self.scheduler.schedule()
-            if not sched.scheduled:
-                assert not self.scheduler.has_unfinished(), "requests are waiting but none can be scheduled"
-                return outputs
-            self.num_steps += 1
-            sampled = execute_isolated(sched.scheduled, lambda: self._execute(sched),
-                                       lambda s: self.runner.execute([s]).get(0),
-                                       lambda seq, exc: self._fail(seq, exc, outputs))
-            self._update(sched, sampled, outputs)
-            return outputs
+        return self.core.step()
 
-    def _execute(self, sched: SchedulerOutput) -> dict[int, SamplerOutput]:
-        if self.speculator is None:
-            return self.runner.execute(sched.scheduled)
-        return self.speculator.execute(sched.scheduled, self.runner.execute)
-
-    def _update(self, sched: SchedulerOutput, sampled: dict[int, SamplerOutput], outputs: list[RequestOutput]
-                ) -> None:
-        for i, s in enumerate(sched.scheduled):
-            if s.seq.is_finished:  # failed in this step
-                continue
-            try:
-                self._update_sequence(s, sampled.get(i), outputs)
-            except Exception as exc:  # noqa: BLE001 - this sequence's own failure (its grammar, its stop strings)
-                self._fail(s.seq, exc, outputs)
-
-    def _update_sequence(self, s: ScheduledSequence, out: SamplerOutput | None, outputs: list[RequestOutput]
-                         ) -> None:
-        seq = s.seq
-        was_decoding = seq.num_output_tokens > 0 and s.num_new_tokens == 1 + s.num_spec_tokens
-        seq.num_computed_tokens += s.num_new_tokens
-        if out is None:
-            return
-        if self.speculator is not None and (out.num_draft_tokens or was_decoding):
-            self.speculator.verified(seq, out.num_draft_tokens, out.num_accepted)
-        reason = self.output_processor.append_tokens(seq, out.token_ids, out.logprobs, outputs)
-        if reason is not None:
-            self._finish(seq, reason, outputs)
-
-    def _fail(self, seq: Sequence, exc: Exception, outputs: list[RequestOutput]) -> None:
-        """Ends one sequence whose serving raised `exc` (its own failure: logged with its traceback); the engine
-        goes on."""
-        if not seq.is_finished:
-            message, kind = describe_failure(exc)
-            logger.warning("request %s failed: %s", seq.request_id, message, exc_info=kind != REQUEST_INVALID)
-            self._finish(seq, "error", outputs, error=message, error_kind=kind)
-
-    def _admit_pending(self, outputs: list[RequestOutput]) -> None:
-        added, aborted = self._inbox.take()
-        for seq in added:
-            self.scheduler.add(seq)
-        for seq in aborted:
-            self._finish(seq, "abort", outputs)
-
-    def _finish(self, seq: Sequence, reason: str, outputs: list[RequestOutput], error: str | None = None,
-                error_kind: str | None = None) -> None:
-        self.scheduler.finish(seq, reason, discard_cached=reason == "error")
-        self._inbox.live.pop(seq.request_id, None)
-        self.output_processor.finish(seq, outputs, error, error_kind)
+    @property
+    def num_steps(self) -> int:
+        return self.core.num_steps
 
     # ---- front ends -----------------------------------------------------------------------------------------
 
@@ -261,9 +201,9 @@ class Engine:
 
     def _fail_all(self, error: str) -> None:
         with self._lock:
-            self._admit_pending([])
+            self.core.admit_pending([])
             for seq in [seq for seq in self._inbox.live.values() if not seq.is_finished]:
-                self._finish(seq, "error", [], error=error, error_kind=ENGINE_FAILED)
+                self.core.finish(seq, "error", [], error=error, error_kind=ENGINE_FAILED)
 
     def close(self) -> None:
         """Stops the background loop; unfinished requests are aborted."""
@@ -271,7 +211,7 @@ class Engine:
             self._closed = True
             self._work.notify_all()
             self._inbox.aborted.extend(list(self._inbox.live))
-            self._admit_pending([])
+            self.core.admit_pending([])
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=10)
 

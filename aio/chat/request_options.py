@@ -1,12 +1,16 @@
 """What a request asks for besides its messages: tools and the output format (→ the tiers' ChatOptions), and the
-parameters AIO refuses because it cannot honour them (a 400 naming the field, never silently ignored)."""
+parameters AIO refuses because it cannot honour them (a 400 naming the field, never silently ignored); the model it
+names, and a prompt no tier could hold."""
 from __future__ import annotations
 
 from typing import Any
 
 from aio.api.errors import APIError, invalid_request
 from aio.api.schemas import ChatCompletionRequest
+from tiers.serving.pool import TierPool
 from tiers.serving.tools.options import ChatOptions
+
+MAX_CHARS_PER_TOKEN = 32  # no tokenizer's token is longer: more characters than this per context token cannot fit
 
 # Fields OpenAI or vLLM define that would change the answer and that AIO does not implement: field -> why.
 UNSUPPORTED_FIELDS = {
@@ -96,3 +100,25 @@ def _response_format(body: ChatCompletionRequest) -> dict[str, Any] | None:
 def wants_structure(options: ChatOptions | None) -> bool:
     """Tools or a JSON format: the requests `tools_min_tier` applies to."""
     return options is not None and not options.is_plain
+
+
+def refuse_oversized(messages: list[dict[str, str]], pool: TierPool) -> None:
+    """A prompt no tier could hold is refused before anything tokenizes its megabytes."""
+    num_chars = sum(len(str(m.get("content") or "")) for m in messages)
+    largest = max(t.max_model_len for t in pool)
+    if num_chars > largest * MAX_CHARS_PER_TOKEN:
+        raise APIError(400, f"the messages have {num_chars} characters, more than any tier's context "
+                            f"({largest} tokens) can hold; shorten the messages", param="messages",
+                       code="context_length_exceeded")
+
+
+def named_tier(model: str, pool: TierPool) -> str | None:
+    """The tier a named model means (None for `auto`); 404 for a model no tier serves."""
+    if model == "auto":
+        return None
+    tier = pool.find(model)
+    if tier is None:
+        names = ["auto"] + [t.name for t in pool] + [t.model for t in pool]
+        raise APIError(404, f"the model {model!r} does not exist; models: {', '.join(names)}",
+                       param="model", code="model_not_found")
+    return tier.name

@@ -16,7 +16,8 @@ from aio.chat.generation import api_error, generate, open_failure, record_failur
 from aio.chat.messages import normalize_messages
 from aio.chat.openai_shapes import chunk_body, completion_body, sse, stream_events, usage_chunk_body
 from aio.chat.queue_admission import QUEUE_FULL_RETRY_AFTER_S, QueueAdmission
-from aio.chat.request_options import chat_options, reject_unsupported, wants_structure
+from aio.chat.request_options import (chat_options, named_tier, refuse_oversized, reject_unsupported,
+                                      wants_structure)
 from aio.chat.tier_selection import TierSelector
 from aio.metrics import Metrics
 from aio.routing import ClassifierBatcher, Router
@@ -31,7 +32,6 @@ from tiers.serving.tools.options import ChatOptions
 logger = logging.getLogger(__name__)
 
 JUDGED_TOP_LOGPROBS = 2  # the chosen token and the best other, for the answer scorer's margins
-MAX_CHARS_PER_TOKEN = 32  # no tokenizer's token is longer: more characters than this per context token cannot fit
 
 
 class ChatService:
@@ -105,14 +105,14 @@ class ChatService:
     async def _prepare(self, body: ChatCompletionRequest, ctx: RequestContext) -> PreparedChat:
         reject_unsupported(body)
         messages = normalize_messages(body.messages)
-        self._refuse_oversized(messages)
+        refuse_oversized(messages, self.pool)
         options = chat_options(body)
         cascade = cascade_policy(body, options, self.cascade_settings, self.router.target_fit())
         max_tokens = body.max_completion_tokens or body.max_tokens
         if body.top_logprobs is not None and not body.logprobs:
             raise invalid_request("top_logprobs requires logprobs to be true", "top_logprobs")
         decision, conversation = await self.routing.decide(
-            self._named_tier(body.model), messages, quality=body.aio_quality, structured=wants_structure(options),
+            named_tier(body.model, self.pool), messages, quality=body.aio_quality, structured=wants_structure(options),
             verify=cascade is not None, user=body.user, session=ctx.session, owner=str(ctx.key_id or ""))
         if self._in_flight >= self.max_concurrent_requests:
             raise APIError(429, f"the server is at its limit of {self.max_concurrent_requests} concurrent requests; "
@@ -128,26 +128,6 @@ class ChatService:
         params = [sampling_params(body, max_tokens, i, cascade is not None) for i in range(body.n or 1)]
         return PreparedChat(ctx, body, messages, tier, selection.decision, body.aio_quality,
                             selection.num_prompt_tokens, params, options, cascade=cascade, conversation=conversation)
-
-    def _refuse_oversized(self, messages: list[dict[str, str]]) -> None:
-        """A prompt no tier could hold is refused before anything tokenizes its megabytes."""
-        num_chars = sum(len(str(m.get("content") or "")) for m in messages)
-        largest = max(t.max_model_len for t in self.pool)
-        if num_chars > largest * MAX_CHARS_PER_TOKEN:
-            raise APIError(400, f"the messages have {num_chars} characters, more than any tier's context "
-                                f"({largest} tokens) can hold; shorten the messages", param="messages",
-                           code="context_length_exceeded")
-
-    def _named_tier(self, model: str) -> str | None:
-        """The tier a named model means (None for `auto`); 404 for a model no tier serves."""
-        if model == "auto":
-            return None
-        tier = self.pool.find(model)
-        if tier is None:
-            names = ["auto"] + [t.name for t in self.pool] + [t.model for t in self.pool]
-            raise APIError(404, f"the model {model!r} does not exist; models: {', '.join(names)}",
-                           param="model", code="model_not_found")
-        return tier.name
 
     # ---- generation ---------------------------------------------------------------------------------------
 

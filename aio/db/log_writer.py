@@ -16,30 +16,22 @@ holds it, so a crash loses nothing.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from aio.db.database import safe_url
 from aio.db.journal import Journal
-from aio.db.models import Request
 from aio.db.records import RequestRecord
-from aio.db.rollups import rollup_upserts, rollup_values
+from aio.db.request_rows import RequestRows
 from aio.db.spill import SpillFile
 
 logger = logging.getLogger(__name__)
-
-_RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
-_INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 @dataclass(frozen=True)
@@ -63,8 +55,7 @@ class LogWriter:
     def __init__(self, engine: Engine, batch_size: int = 256, flush_interval_s: float = 0.5, *,
                  retry_initial_s: float = 0.1, retry_max_s: float = 5.0, max_buffer: int = 10_000,
                  spill_dir: Path | None = None, journal: bool = False, replica: str | None = None) -> None:
-        if engine.dialect.name not in _INSERTS:
-            raise ValueError(f"the SQL log supports {sorted(_INSERTS)}, not {engine.dialect.name!r}")
+        self._rows = RequestRows(engine)  # ValueError for a dialect the log does not support
         if batch_size < 1 or flush_interval_s <= 0:
             raise ValueError("batch_size must be >= 1 and flush_interval_s > 0")
         self._engine = engine
@@ -72,8 +63,6 @@ class LogWriter:
         self._flush_interval_s = flush_interval_s
         self._retry_initial_s = retry_initial_s
         self._retry_max_s = retry_max_s
-        self._insert_requests = _insert_requests(_INSERTS[engine.dialect.name])
-        self._upserts = rollup_upserts(_INSERTS[engine.dialect.name])
 
         self._cond = threading.Condition()
         self._queue: deque[RequestRecord] = deque()
@@ -225,7 +214,7 @@ class LogWriter:
         delay = self._retry_initial_s
         while not self._abandon.is_set():
             try:
-                inserted = self._write(batch)
+                inserted = self._rows.write(batch)
             except Exception as exc:  # noqa: BLE001 - classified below; the worker must not die
                 if _refused(exc):
                     return self._isolate(batch, exc)
@@ -284,39 +273,6 @@ class LogWriter:
         self._inflight -= num_records
         self._finished += num_records
         self._cond.notify_all()
-
-    def _write(self, batch: list[RequestRecord]) -> int:
-        """One transaction: the new rows and their aggregates. Returns how many rows were new."""
-        rows = list({r.request_id: _row(r) for r in reversed(batch)}.values())  # the first of any duplicate ids
-        with self._engine.begin() as connection:
-            new_ids = set(connection.execute(self._insert_requests, rows).scalars())
-            if new_ids:
-                new_rows = [row for row in rows if row["request_id"] in new_ids]
-                for upsert, values in zip(self._upserts, rollup_values(new_rows)):
-                    if values:
-                        connection.execute(upsert, values)
-        return len(new_ids)
-
-
-def _insert_requests(insert: Any) -> sa.Insert:
-    requests = Request.__table__
-    return insert(requests).on_conflict_do_nothing(index_elements=[requests.c.request_id]) \
-        .returning(requests.c.request_id)
-
-
-def _row(record: RequestRecord) -> dict[str, Any]:
-    """The record as a `requests` row, with what PostgreSQL would refuse made storable: NUL characters in text
-    (a client can send "\\u0000") become U+FFFD, and NaN or infinite tier scores (invalid JSON) become null."""
-    row = {name: getattr(record, name) for name in _RECORD_FIELDS}
-    for name, value in row.items():
-        if isinstance(value, str) and "\x00" in value:
-            row[name] = value.replace("\x00", "\ufffd")
-    if row["tier_scores"] is not None:
-        row["tier_scores"] = [x if x is None or math.isfinite(x) else None for x in row["tier_scores"]]
-    created_at: datetime = row["created_at"]
-    row["created_at"] = created_at.replace(tzinfo=timezone.utc) if created_at.tzinfo is None \
-        else created_at.astimezone(timezone.utc)
-    return row
 
 
 def _refused(exc: Exception) -> bool:
