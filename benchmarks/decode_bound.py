@@ -138,8 +138,11 @@ def _matmul(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
         weight = KQuantWeight([(kind, rows.clone()) for kind, rows in module.kq.parts], module.kq.in_features)
         native = module.native
         return lambda x: kquant.gemm(native, x, weight)
-    clone = copy.deepcopy(module)
-    return clone._kernel_matmul
+    clone = copy.copy(module)  # the layer's other state shared; its tensors copied
+    clone._buffers = {k: v.clone() if v is not None else None for k, v in module._buffers.items()}
+    clone._parameters = {k: torch.nn.Parameter(v.detach().clone(), requires_grad=False) if v is not None else None
+                         for k, v in module._parameters.items()}
+    return lambda x: clone.impl.matmul(clone, x)
 
 
 def _resident(module: torch.nn.Module) -> int:

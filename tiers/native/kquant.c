@@ -348,9 +348,13 @@ static inline void row_scales(const float *lo, const float *hi, const float *da,
 
 /* the weights stream from memory once per step: ask for a group's bytes KQ_PREFETCH ahead early */
 static inline __attribute__((always_inline)) void group_prefetch(const uint8_t *g) {
+#if KQ_PREFETCH > 0
     _mm_prefetch((const char *)(g + KQ_PREFETCH), _MM_HINT_T0);
     _mm_prefetch((const char *)(g + KQ_PREFETCH + 64), _MM_HINT_T0);
     _mm_prefetch((const char *)(g + KQ_PREFETCH + 128), _MM_HINT_T0);
+#else
+    (void)g;
+#endif
 }
 
 /* group_scales of a K-quant group, the same floats as the plain C path, computed 8 at a time */
@@ -511,21 +515,46 @@ static inline __attribute__((always_inline)) void kq_two_rows(const int TYPE, co
 #define KQ_W512 1
 
 /* the codes of sub-blocks 2c, 2c + 1 of group g, unsigned (Q6_K's 0..63: its - 32 goes into the sums' start) */
+#if defined(__GFNI__)
+/* GF(2) affine byte maps (gf2p8affineqb: output bit i = parity(byte 7 - i of the matrix & input byte)), one matrix
+ * per 64-bit lane: bit moves within each byte in one instruction, the lanes 0-3 and 4-7 halves moved differently */
+#define KQ_GF_BIT(out, in) ((uint64_t)(1u << (in)) << (8 * (7 - (out))))
+#define KQ_GF_NIBBLE(shift) (KQ_GF_BIT(0, shift) | KQ_GF_BIT(1, shift + 1) | KQ_GF_BIT(2, shift + 2) | \
+                             KQ_GF_BIT(3, shift + 3))
+#define KQ_GF_TOP(q) (KQ_GF_BIT(4, 2 * (q)) | KQ_GF_BIT(5, 2 * (q) + 1))
+static inline __m512i gf_halves(__m512i x, uint64_t lo, uint64_t hi) {
+    return _mm512_gf2p8affine_epi64_epi8(x, _mm512_setr_epi64((long long)lo, (long long)lo, (long long)lo,
+                                                              (long long)lo, (long long)hi, (long long)hi,
+                                                              (long long)hi, (long long)hi), 0);
+}
+#endif
+
 static inline __attribute__((always_inline)) __m512i k512_codes(const int TYPE, const uint8_t *g, int c) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     if (TYPE == T_Q4_K) { /* low nibbles of qs[32c ..] are sub-block 2c, the high ones 2c + 1 */
         const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 16 + 32 * c)));
+#if defined(__GFNI__)
+        return gf_halves(both, KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(4));
+#else
         return _mm512_and_si512(_mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)), m4);
+#endif
     }
     /* Q6_K: sub-blocks q = 2 (c & 1) and q + 1 of half h = c >> 1: ql[64h .. 64h + 63] (low nibbles for q < 2,
-     * else high), and bits 2q, 2q + 1 of qh[32h + l] */
+     * else high), and bits 2q, 2q + 1 of qh[32h + l] as bits 4, 5 */
     const int h = c >> 1, odd = c & 1;
     const __m512i ql = _mm512_loadu_si512((const void *)(g + 64 * h));
-    const __m512i lo = _mm512_and_si512(odd ? _mm512_srli_epi16(ql, 4) : ql, m4);
     const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 128 + 32 * h)));
-    const __m512i shift = odd ? _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6) : _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
-    const __m512i top = _mm512_and_si512(_mm512_srlv_epi64(both, shift), _mm512_set1_epi8(3));
-    return _mm512_or_si512(lo, _mm512_slli_epi16(top, 4));
+#if defined(__GFNI__)
+    const __m512i top = gf_halves(both, KQ_GF_TOP(2 * odd), KQ_GF_TOP(2 * odd + 1));
+    if (odd) return _mm512_or_si512(gf_halves(ql, KQ_GF_NIBBLE(4), KQ_GF_NIBBLE(4)), top);
+#else
+    /* left 4 / 2 (q = 0 / 1), right 0 / 2 (q = 2 / 3), then bits 4, 5 kept */
+    const __m512i top = _mm512_and_si512(
+        odd ? _mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2))
+            : _mm512_sllv_epi64(both, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2)), _mm512_set1_epi8(0x30));
+    if (odd) return _mm512_ternarylogic_epi64(_mm512_srli_epi16(ql, 4), m4, top, 0xEA);
+#endif
+    return _mm512_ternarylogic_epi64(ql, m4, top, 0xEA); /* (ql & m4) | top */
 }
 
 /* k4_scales / k6_scales in registers. Q6_K: lo = d * sc[2j], hi = d * sc[2j + 1]. Q4_K: the 8 scales and 8 mins
@@ -646,7 +675,7 @@ static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const
     }
 #endif
 #if defined(KQ_SIMD)
-    if (R == 1 && (TYPE == T_Q4_K || TYPE == T_Q5_K)) {
+    if (R == 1 && (TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_Q6_K)) {
         int64_t t = 0;
         for (; t + 1 < NT; t += 2) kq_two_rows(TYPE, a, m0, K, w, n0 + t, out, ldo);
         n0 += t;
