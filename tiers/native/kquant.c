@@ -513,6 +513,7 @@ static inline __attribute__((always_inline)) void kq_two_rows(const int TYPE, co
  * acc[0]), lanes 8-15 the odd one's (acc[1]). Every lane gets the same exact integer sum and the same float
  * operations in the same order as there, so the bits are the same; half the instructions per weight byte. */
 #define KQ_W512 1
+#define K512_ROWS 8 /* activation rows per tile: a verification's k + 1 rows read each weight row once */
 
 /* the codes of sub-blocks 2c, 2c + 1 of group g, unsigned (Q6_K's 0..63: its - 32 goes into the sums' start) */
 #if defined(__GFNI__)
@@ -593,8 +594,8 @@ static inline __attribute__((always_inline)) __m512 k512_scale_pair(const int TY
 static inline __attribute__((always_inline)) void k512_rows(const int TYPE, const act_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n, const int NW, float *out, int64_t ldo) {
     const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
-    __m512 acc[2][KQ_ROWS];
-    __m256 mv[2][KQ_ROWS];
+    __m512 acc[2][K512_ROWS];
+    __m256 mv[2][K512_ROWS];
     for (int i = 0; i < NW; i++)
         for (int r = 0; r < R; r++) {
             acc[i][r] = _mm512_setzero_ps();
@@ -610,7 +611,7 @@ static inline __attribute__((always_inline)) void k512_rows(const int TYPE, cons
             lo[i] = _mm512_castps512_ps256(both);
             mn[i] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1));
         }
-        __m512 s[2][KQ_ROWS];
+        __m512 s[2][K512_ROWS];
         for (int r = 0; r < R; r++) {
             const __m256 da = _mm256_loadu_ps(a->d + (m0 + r) * nb + gi * 8);
             for (int i = 0; i < NW; i++) {
@@ -668,12 +669,6 @@ static inline __attribute__((always_inline)) void k512_tile(const int TYPE, cons
  * K-quants' mins go into 8 lanes (one per sub-block), Q4_1 / Q5_1's into one float. */
 static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const act_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
-#if defined(KQ_W512)
-    if (TYPE == T_Q4_K || TYPE == T_Q6_K) {
-        k512_tile(TYPE, a, m0, R, K, w, n0, NT, out, ldo);
-        return;
-    }
-#endif
 #if defined(KQ_SIMD)
     if (R == 1 && (TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_Q6_K)) {
         int64_t t = 0;
@@ -759,12 +754,40 @@ static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const
     default: rows_dot(TYPE, a, m0, KQ_ROWS, K, w, n0, NT, out, ldo); break;                                    \
     }
 
+#if defined(KQ_W512)
+#define K512_R(TYPE)                                                                                           \
+    switch (R) {                                                                                               \
+    case 1: k512_tile(TYPE, a, m0, 1, K, w, n0, NT, out, ldo); break;                                          \
+    case 2: k512_tile(TYPE, a, m0, 2, K, w, n0, NT, out, ldo); break;                                          \
+    case 3: k512_tile(TYPE, a, m0, 3, K, w, n0, NT, out, ldo); break;                                          \
+    case 4: k512_tile(TYPE, a, m0, 4, K, w, n0, NT, out, ldo); break;                                          \
+    case 5: k512_tile(TYPE, a, m0, 5, K, w, n0, NT, out, ldo); break;                                          \
+    case 6: k512_tile(TYPE, a, m0, 6, K, w, n0, NT, out, ldo); break;                                          \
+    case 7: k512_tile(TYPE, a, m0, 7, K, w, n0, NT, out, ldo); break;                                          \
+    default: k512_tile(TYPE, a, m0, K512_ROWS, K, w, n0, NT, out, ldo); break;                                 \
+    }
+#endif
+
+/* activation rows per tile for a block type: each tile reads the weight rows once */
+static int tile_rows(int type) {
+#if defined(KQ_W512)
+    if (type == T_Q4_K || type == T_Q6_K) return K512_ROWS;
+#endif
+    (void)type;
+    return KQ_ROWS;
+}
+
 static void tile(int type, const act_t *a, int64_t m0, int R, int64_t K, const uint8_t *w, int64_t n0, int64_t NT,
                  float *out, int64_t ldo) {
     switch (type) {
+#if defined(KQ_W512)
+    case T_Q4_K: K512_R(T_Q4_K) break;
+    case T_Q6_K: K512_R(T_Q6_K) break;
+#else
     case T_Q4_K: KQ_R(T_Q4_K) break;
-    case T_Q5_K: KQ_R(T_Q5_K) break;
     case T_Q6_K: KQ_R(T_Q6_K) break;
+#endif
+    case T_Q5_K: KQ_R(T_Q5_K) break;
     case T_Q8_0: KQ_R(T_Q8_0) break;
     case T_Q5_0: KQ_R(T_Q5_0) break;
     case T_Q5_1: KQ_R(T_Q5_1) break;
@@ -807,8 +830,9 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
         int p = 0;
         while (c >= first_chunk[p + 1]) p++;
         const int64_t n0 = (c - first_chunk[p]) * KQ_CHUNK, NT = n0 + KQ_CHUNK < ns[p] ? KQ_CHUNK : ns[p] - n0;
-        for (int64_t m0 = 0; m0 < M; m0 += KQ_ROWS) {
-            const int R = (int)(M - m0 < KQ_ROWS ? M - m0 : KQ_ROWS);
+        const int step = tile_rows(types[p]);
+        for (int64_t m0 = 0; m0 < M; m0 += step) {
+            const int R = (int)(M - m0 < step ? M - m0 : step);
             tile(types[p], &a, m0, R, K, ws[p], n0, NT, out + first_col[p], ldo);
         }
     }
