@@ -319,7 +319,7 @@ def w4a16_matmul(x: torch.Tensor, weight: Int4Weight,
     if config == DENSE or (config is None and uses_dense(m, x.device.type == "cuda" and not _interpreting())):
         from tiers.quantization.w4a16_dense import dense_matmul
 
-        return dense_matmul(x2, weight).view(*lead, n)
+        return dense_matmul(x2, weight, launch_dequantize).view(*lead, n)
     if config is None:
         config = pick_config(m, n, k, weight.group_size, x.device)
     if isinstance(config, GemvConfig):

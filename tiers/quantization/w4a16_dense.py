@@ -14,11 +14,14 @@ check it without a GPU; on CUDA the dequantization is a Triton kernel (triton_w4
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from tiers.quantization.int4 import Int4Weight
+
+DequantizeKernel = Callable[[Int4Weight, torch.Tensor], None]  # writes weight.dequantize(out.dtype) into out
 
 CPU_CHUNK_ELEMENTS = 1 << 22  # rows dequantized at once on CPU: bounds torch's float32 temporaries (~16 MB each)
 
@@ -70,16 +73,14 @@ def scratch(device: torch.device, dtype: torch.dtype, n: int, k: int) -> torch.T
     return _bytes(device, n * k * element)[: n * k * element].view(dtype).view(n, k)
 
 
-def dequantize_into(weight: Int4Weight, out: torch.Tensor) -> torch.Tensor:
-    """out [N, K] (any float dtype) = weight.dequantize(out.dtype): on CUDA (or on CPU in Triton's interpreter, when
-    this process has it) the Triton kernel, else torch's dequantizer in chunks of rows."""
+def dequantize_into(weight: Int4Weight, out: torch.Tensor, kernel: DequantizeKernel | None = None) -> torch.Tensor:
+    """out [N, K] (any float dtype) = weight.dequantize(out.dtype): by `kernel` on CUDA (the caller's Triton
+    dequantizer), else torch's dequantizer in chunks of rows."""
     n, k = weight.shape
     if tuple(out.shape) != (n, k):
         raise ValueError(f"out is {tuple(out.shape)}, the weight is [{n}, {k}]")
-    if out.device.type == "cuda":
-        from tiers.quantization.triton_w4a16 import launch_dequantize
-
-        launch_dequantize(weight, out)
+    if kernel is not None and out.device.type == "cuda":
+        kernel(weight, out)
         return out
     rows = max(1, CPU_CHUNK_ELEMENTS // k)
     for start in range(0, n, rows):
@@ -89,8 +90,8 @@ def dequantize_into(weight: Int4Weight, out: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def dense_matmul(x2: torch.Tensor, weight: Int4Weight) -> torch.Tensor:
+def dense_matmul(x2: torch.Tensor, weight: Int4Weight, kernel: DequantizeKernel | None = None) -> torch.Tensor:
     """x2 [M, K] @ weight.dequantize(x2.dtype)^T -> [M, N] in x2's dtype, through the reused buffer."""
     n, k = weight.shape
-    buffer = dequantize_into(weight, scratch(x2.device, x2.dtype, n, k))
+    buffer = dequantize_into(weight, scratch(x2.device, x2.dtype, n, k), kernel)
     return F.linear(x2, buffer)
