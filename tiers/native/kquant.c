@@ -21,6 +21,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
     defined(__F16C__)
@@ -825,15 +828,34 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
     }
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
     for (int64_t m = 0; m < M; m++) quantize_act(x + m * ldx, K, a.q + m * K, a.d + m * nb, a.dsum + m * nb);
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (N * M * K >= 262144)
-    for (int64_t c = 0; c < chunks; c++) {
+    /* each thread a contiguous run of chunks holding its share of the weight bytes (parts of different types
+     * have different bytes per row: Q4_K_M's qkv, Q4_K next to a Q6_K v): chunk c goes to the thread whose
+     * share its first byte falls in */
+    int64_t first_byte[KQ_MAX_PARTS + 1];
+    first_byte[0] = 0;
+    for (int p = 0; p < nparts; p++) first_byte[p + 1] = first_byte[p] + ns[p] * aio_kq_row_bytes(types[p], K);
+    const int64_t total = first_byte[nparts];
+#pragma omp parallel num_threads(nthreads) if (N * M * K >= 262144)
+    {
+#if defined(_OPENMP)
+        const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+#else
+        const int64_t team = 1, me = 0;
+#endif
         int p = 0;
-        while (c >= first_chunk[p + 1]) p++;
-        const int64_t n0 = (c - first_chunk[p]) * KQ_CHUNK, NT = n0 + KQ_CHUNK < ns[p] ? KQ_CHUNK : ns[p] - n0;
-        const int step = tile_rows(types[p]);
-        for (int64_t m0 = 0; m0 < M; m0 += step) {
-            const int R = (int)(M - m0 < step ? M - m0 : step);
-            tile(types[p], &a, m0, R, K, ws[p], n0, NT, out + first_col[p], ldo);
+        for (int64_t c = 0; c < chunks; c++) {
+            while (c >= first_chunk[p + 1]) p++;
+            const int64_t n0 = (c - first_chunk[p]) * KQ_CHUNK;
+            const int64_t start = first_byte[p] + n0 * aio_kq_row_bytes(types[p], K);
+            const int64_t owner = (int64_t)((double)start * (double)team / (double)total);
+            if (owner < me) continue;
+            if (owner > me) break;
+            const int64_t NT = n0 + KQ_CHUNK < ns[p] ? KQ_CHUNK : ns[p] - n0;
+            const int step = tile_rows(types[p]);
+            for (int64_t m0 = 0; m0 < M; m0 += step) {
+                const int R = (int)(M - m0 < step ? M - m0 : step);
+                tile(types[p], &a, m0, R, K, ws[p], n0, NT, out + first_col[p], ldo);
+            }
         }
     }
     free(a.q);
