@@ -250,6 +250,10 @@ def plot(results: dict, path: Path) -> None:
         ax.scatter(figs[f"{name} cost"]["value"], figs[f"{name} accuracy"]["value"], zorder=3)
         ax.annotate(name, (figs[f"{name} cost"]["value"], figs[f"{name} accuracy"]["value"]),
                     textcoords="offset points", xytext=(4, -10), fontsize=8)
+    fitted = fitted_points(results)
+    if fitted:
+        ax.plot(*zip(*fitted), color="black", marker="o", markersize=4,
+                label="auto fitted to the tiers (targets 0.85 / 0.9 / 0.95 / 0.98)")
     target = TARGET * figs["always-large accuracy"]["value"]
     ax.axhline(target, color="grey", linestyle=":", label=f"{TARGET:.0%} of always-large")
     ax.set_xlabel("cost (share of always-large)")
@@ -259,3 +263,17 @@ def plot(results: dict, path: Path) -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def fitted_points(results: dict) -> list[tuple[float, float]]:
+    """(cost, accuracy) of `auto` fitted to the shipped measurement at each quality target (the `learned` figures,
+    relative to always-large), in cost order."""
+    learned = results.get("learned", {}).get("figures", {})
+    large = results["figures"]["always-large accuracy"]["value"]
+    points = []
+    for target in ("0.85", "0.9", "0.95", "0.98"):
+        accuracy, cost = learned.get(f"auto, quality target {target}: accuracy"), \
+            learned.get(f"auto, quality target {target}: cost")
+        if accuracy and cost:
+            points.append((cost[0], accuracy[0] * large))
+    return sorted(points)
