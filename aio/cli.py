@@ -187,7 +187,7 @@ def _register_subcommands() -> None:
     app.add_typer(classifier_app, name="classifier", help="router classifier versions")
     router_app.command("explain")(explain)
     app.add_typer(router_app, name="router", help="routing thresholds")
-    app.add_typer(report_app, name="report", help="reports from the SQL log (cost)")
+    app.add_typer(report_app, name="report", help="reports from the SQL log (cost, keys)")
     app.command("retrain")(retrain)
     app.command("calibrate")(calibrate)
     app.command("monitor")(monitor)

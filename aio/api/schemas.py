@@ -185,7 +185,27 @@ class ChatCompletionRequest(StrictModel):
         return bias
 
 
-class CreateKeyRequest(StrictModel):
+class KeySettings(StrictModel):
+    """A key's limits and budget (aio.db.keys, aio.db.budgets); null: none."""
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+    rpm_limit: int | None = Field(None, ge=1)
+    tpm_limit: int | None = Field(None, ge=1)
+    max_streams: int | None = Field(None, ge=1)
+    budget_usd: float | None = Field(None, gt=0)
+    budget_period: Literal["day", "week", "month", "total"] | None = None
+    budget_soft: float | None = Field(None, gt=0, lt=1)
+
+    def changes(self) -> dict[str, Any]:
+        """The settings the client sent (a PATCH changes only those)."""
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+class UpdateKeyRequest(KeySettings):
+    pass
+
+
+class CreateKeyRequest(KeySettings):
     name: str
     role: Literal["user", "admin"] = "user"
 

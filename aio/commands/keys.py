@@ -17,6 +17,24 @@ TpmOption = typer.Option(None, "--tpm", min=0, metavar="N",
                          help="prompt + completion tokens per minute per replica (0: no limit)")
 StreamsOption = typer.Option(None, "--max-streams", min=0, metavar="N",
                              help="requests in flight at once per replica (0: no limit)")
+BudgetOption = typer.Option(None, "--budget-usd", min=0.0, metavar="USD",
+                            help="spend cap in USD per --budget-period (0: no budget)")
+PeriodOption = typer.Option(None, "--budget-period", metavar="PERIOD",
+                            help="day, week, month (UTC calendar) or total (never resets); default month")
+SoftOption = typer.Option(None, "--budget-soft", metavar="SHARE",
+                          help="warn (server log, dashboard) past this share of the budget, e.g. 0.8")
+
+
+def _budget_changes(budget_usd: float | None, period: str | None, soft: float | None) -> dict[str, object]:
+    """The budget settings given on the command line; --budget-usd 0 removes the budget."""
+    changes: dict[str, object] = {}
+    if budget_usd is not None:
+        changes["budget_usd"] = budget_usd or None
+    if period is not None:
+        changes["budget_period"] = period
+    if soft is not None:
+        changes["budget_soft"] = soft or None
+    return changes
 
 
 def _limits(rpm: int | None, tpm: int | None, max_streams: int | None) -> dict[str, int | None]:
@@ -27,8 +45,15 @@ def _limits(rpm: int | None, tpm: int | None, max_streams: int | None) -> dict[s
 
 def _describe(info) -> str:
     parts = [f"{info.rpm_limit} rpm" if info.rpm_limit else "", f"{info.tpm_limit} tpm" if info.tpm_limit else "",
-             f"{info.max_streams} streams" if info.max_streams else ""]
+             f"{info.max_streams} streams" if info.max_streams else "", _budget_text(info)]
     return ", ".join(p for p in parts if p) or "no limits"
+
+
+def _budget_text(info) -> str:
+    if info.budget_usd is None:
+        return ""
+    soft = f" (soft {info.budget_soft:g})" if info.budget_soft else ""
+    return f"budget ${info.budget_usd:g}/{info.budget_period}{soft}"
 
 
 class Role(str, Enum):
@@ -51,13 +76,22 @@ def _when(moment: datetime | None) -> str:
 def create(name: str = typer.Option(..., "--name", metavar="NAME", help="who or what the key is for"),
            role: Role = typer.Option(Role.user, "--role", help="admin keys can also use the admin endpoints"),
            rpm: int | None = RpmOption, tpm: int | None = TpmOption, max_streams: int | None = StreamsOption,
-           config: Path | None = ConfigOption) -> None:
+           budget_usd: float | None = BudgetOption, budget_period: str | None = PeriodOption,
+           budget_soft: float | None = SoftOption, config: Path | None = ConfigOption) -> None:
     """Create a key and print it once (on stdout; the notes go to stderr)."""
+    from aio.db.budgets import Budget
     from aio.db.keys import KeyLimits, KeyStore
 
+    try:
+        budget = Budget(budget_usd, budget_period or "month", budget_soft or None) if budget_usd else None
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if budget is None and (budget_period is not None or budget_soft is not None):
+        raise fail("--budget-period and --budget-soft need --budget-usd")
     with database(config) as engine:
         try:
-            info, key = KeyStore(engine).create(name, role.value, KeyLimits(**_limits(rpm, tpm, max_streams)))
+            info, key = KeyStore(engine).create(name, role.value, KeyLimits(**_limits(rpm, tpm, max_streams)),
+                                                budget)
         except ValueError as exc:
             raise fail(str(exc)) from None
     typer.echo(f"created API key {info.id} {info.name!r} (role {info.role}, {_describe(info)}). Store it now: it is "
@@ -118,16 +152,21 @@ def _find(store, name_or_id: str | None, key_id: int | None, name: str | None):
 @keys_app.command()
 def update(name_or_id: str | None = NameOrIdArgument, key_id: int | None = IdOption, name: str | None = NameOption,
            rpm: int | None = RpmOption, tpm: int | None = TpmOption, max_streams: int | None = StreamsOption,
-           config: Path | None = ConfigOption) -> None:
-    """Change a key's limits (servers apply them within seconds); options not given stay as they are."""
+           budget_usd: float | None = BudgetOption, budget_period: str | None = PeriodOption,
+           budget_soft: float | None = SoftOption, config: Path | None = ConfigOption) -> None:
+    """Change a key's limits and budget (servers apply them within seconds); options not given stay as they are."""
     from aio.db.keys import KeyStore
 
-    changes = _limits(rpm, tpm, max_streams)
+    changes = {**_limits(rpm, tpm, max_streams), **_budget_changes(budget_usd, budget_period, budget_soft)}
     if not changes:
-        raise fail("nothing to change: give --rpm, --tpm or --max-streams")
+        raise fail("nothing to change: give --rpm, --tpm, --max-streams, --budget-usd, --budget-period or "
+                   "--budget-soft")
     with database(config) as engine:
         store = KeyStore(engine)
-        info = store.update_limits(_find(store, name_or_id, key_id, name).id, changes)
+        try:
+            info = store.update_limits(_find(store, name_or_id, key_id, name).id, changes)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
     if info is None:
         raise fail("the key was revoked meanwhile")
     typer.echo(f"key {info.id} {info.name!r}: {_describe(info)}")

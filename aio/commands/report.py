@@ -1,4 +1,5 @@
-"""`aio report cost`: the dashboard's KPI numbers (per tier and in total) in the terminal."""
+"""`aio report cost`: the dashboard's KPI numbers (per tier and in total) in the terminal; `aio report keys`: spend
+and budget state per API key."""
 from __future__ import annotations
 
 import csv
@@ -114,3 +115,48 @@ def _estimate_line(estimate: dict | None) -> str:
     return (f"quality vs always-large (estimated): {estimate['relative_accuracy']:.1%} "
             f"[{estimate['low']:.1%}, {estimate['high']:.1%}] (90%), target {estimate['target']:.0%}, "
             f"on {estimate['num_prompts']} {estimate['on']}")
+
+
+@report_app.command()
+def keys(since: str = typer.Option("30d", "--since", metavar="WHEN", help="the spend column's range: 24h, 7d, 30d, "
+                                                                          "<N>h, <N>d, or a date / date-time"),
+         output: Format = typer.Option(Format.table, "--format", help="table or json"),
+         config: Path | None = ConfigOption) -> None:
+    """Spend per API key over --since, and each budget's state: spent in its period, left, the next reset, and
+    whether the soft limit is passed."""
+    from aio.api.errors import APIError
+    from aio.db.budgets import budget_states
+    from aio.db.keys import KeyStore
+    from aio.db.records import utcnow
+    from aio.reports import service
+
+    try:
+        r = _range(since, None)
+    except APIError as exc:
+        raise fail(exc.message) from None
+    with database(config) as engine:
+        active = KeyStore(engine).list(include_revoked=False)
+        with engine.connect() as connection:
+            spend = service.breakdown(connection, r, ("key",), limit=10_000)["breakdowns"]["key"]["rows"]
+            budgets = budget_states(connection, utcnow())
+    by_key = {row["key"]: row for row in spend}
+    rows = [{"id": k.id, "name": k.name, "requests": by_key.get(k.id, {}).get("requests", 0),
+             "cost_usd": by_key.get(k.id, {}).get("cost_usd", 0.0),
+             "budget": budgets[k.id].as_json() if k.id in budgets else None} for k in active]
+    if output is Format.json:
+        typer.echo(json.dumps({"range": r.as_json(), "keys": rows}, indent=2))
+        return
+    from aio.commands.keys import shown
+
+    lines = [f"{'id':>4}  {'name':<20} {'requests':>9} {'cost_usd':>11}  {'budget':<16} {'spent':>10} {'left':>10}  "
+             f"{'next reset (UTC)':<16}  flag"]
+    for row in rows:
+        b = row["budget"]
+        budget = f"${b['budget_usd']:g}/{b['period']}" if b else "-"
+        spent = f"{b['spent_usd']:.4f}" if b else "-"
+        left = f"{b['left_usd']:.4f}" if b else "-"
+        reset = b["next_reset"][:16].replace("T", " ") if b and b["next_reset"] else "-"
+        flag = ("exceeded" if b["exceeded"] else "soft limit" if b["soft_exceeded"] else "") if b else ""
+        lines.append(f"{row['id']:>4}  {shown(row['name'])[:20]:<20} {row['requests']:>9} {row['cost_usd']:>11.4f}  "
+                     f"{budget:<16} {spent:>10} {left:>10}  {reset:<16}  {flag}")
+    typer.echo("\n".join(lines))

@@ -22,6 +22,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from aio.db.budgets import Budget
 from aio.db.database import DatabaseError, safe_url, session_factory
 from aio.db.models import ApiKey
 from aio.db.records import utcnow
@@ -49,6 +50,9 @@ class ApiKeyInfo:
     rpm_limit: int | None = None  # requests per minute (per replica); None: no limit
     tpm_limit: int | None = None  # tokens per minute (per replica)
     max_streams: int | None = None  # requests in flight at once (per replica)
+    budget_usd: float | None = None  # spend cap per budget_period (aio.db.budgets); None: no cap
+    budget_period: str | None = None  # day | week | month | total
+    budget_soft: float | None = None  # share of the budget past which the key is flagged
 
     @property
     def active(self) -> bool:
@@ -86,7 +90,8 @@ def hash_key(key: str) -> str:
 def _info(row: ApiKey) -> ApiKeyInfo:
     return ApiKeyInfo(id=row.id, name=row.name, prefix=row.prefix, role=row.role, created_at=row.created_at,
                       revoked_at=row.revoked_at, last_used_at=row.last_used_at, rpm_limit=row.rpm_limit,
-                      tpm_limit=row.tpm_limit, max_streams=row.max_streams)
+                      tpm_limit=row.tpm_limit, max_streams=row.max_streams, budget_usd=row.budget_usd,
+                      budget_period=row.budget_period, budget_soft=row.budget_soft)
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,25 @@ class KeyLimits:
                 raise ValueError(f"{name} must be a positive integer (or unset), got {value!r}")
 
 
+LIMIT_FIELDS = ("rpm_limit", "tpm_limit", "max_streams")
+BUDGET_FIELDS = ("budget_usd", "budget_period", "budget_soft")
+
+
+def _budget_columns(budget: Budget | None) -> dict[str, object]:
+    return {"budget_usd": budget.usd if budget else None, "budget_period": budget.period if budget else None,
+            "budget_soft": budget.soft if budget else None}
+
+
+def _merged_budget(row: ApiKey, changes: dict[str, object]) -> Budget | None:
+    """The key's budget after `changes` (ValueError if invalid); a budget_usd of None removes it."""
+    values = {name: changes.get(name, getattr(row, name)) for name in BUDGET_FIELDS}
+    if values["budget_usd"] is None:
+        if changes.get("budget_period") is not None or changes.get("budget_soft") is not None:
+            raise ValueError("budget_period and budget_soft need a budget_usd (the key has none)")
+        return None
+    return Budget(values["budget_usd"], values["budget_period"] or "month", values["budget_soft"])
+
+
 class KeyStore:
     """API keys in the `api_keys` table. Thread-safe."""
 
@@ -117,7 +141,8 @@ class KeyStore:
         self._stale: dict[str, tuple[ApiKeyInfo, str]] = {}  # prefix -> the last row seen, for database outages
         self._db_down_until = 0.0  # after a failed lookup, stale entries are used without asking until then
 
-    def create(self, name: str, role: str = "user", limits: KeyLimits = KeyLimits()) -> tuple[ApiKeyInfo, str]:
+    def create(self, name: str, role: str = "user", limits: KeyLimits = KeyLimits(),
+               budget: Budget | None = None) -> tuple[ApiKeyInfo, str]:
         """A new key named `name`; returns its info and the plaintext key, which cannot be recovered later."""
         problem = key_name_problem(name)
         if problem is not None:
@@ -133,7 +158,8 @@ class KeyStore:
                 if session.scalar(sa.select(ApiKey.id).where(ApiKey.prefix == key[:PREFIX_LENGTH])) is None:
                     break
             row = ApiKey(name=name, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key), role=role, created_at=utcnow(),
-                         rpm_limit=limits.rpm_limit, tpm_limit=limits.tpm_limit, max_streams=limits.max_streams)
+                         rpm_limit=limits.rpm_limit, tpm_limit=limits.tpm_limit, max_streams=limits.max_streams,
+                         **_budget_columns(budget))
             session.add(row)
             session.flush()
             info = _info(row)
@@ -177,16 +203,24 @@ class KeyStore:
         self._forget(prefixes)
         return bool(rows)
 
-    def update_limits(self, key: int | str, changes: dict[str, int | None]) -> ApiKeyInfo | None:
-        """Set some of rpm_limit / tpm_limit / max_streams (None: no limit) on the active key with this id or name;
-        None if there is none. Servers see the change within `cache_ttl_s`."""
-        KeyLimits(**changes)  # validates
+    def update_limits(self, key: int | str, changes: dict[str, object]) -> ApiKeyInfo | None:
+        """Set some of rpm_limit / tpm_limit / max_streams (None: no limit) and budget_usd / budget_period /
+        budget_soft (budget_usd None: no budget) on the active key with this id or name; None if there is none.
+        ValueError for an unknown field or an invalid value. Servers see the change within `cache_ttl_s`."""
+        unknown = set(changes) - set(LIMIT_FIELDS) - set(BUDGET_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown key setting(s) {sorted(unknown)}")
+        KeyLimits(**{k: v for k, v in changes.items() if k in LIMIT_FIELDS})  # validates
         with self._sessions.begin() as session:
             row = session.scalar(sa.select(ApiKey).where(_match(key), ApiKey.revoked_at.is_(None)))
             if row is None:
                 return None
             for name, value in changes.items():
-                setattr(row, name, value)
+                if name in LIMIT_FIELDS:
+                    setattr(row, name, value)
+            if any(name in BUDGET_FIELDS for name in changes):
+                for name, value in _budget_columns(_merged_budget(row, changes)).items():
+                    setattr(row, name, value)
             session.flush()
             info = _info(row)
         self._forget([info.prefix])

@@ -49,6 +49,7 @@ class Base(DeclarativeBase):
 class Request(Base):
     """One chat request, written once by the log writer (mirrors `aio.db.records.RequestRecord`)."""
     __tablename__ = "requests"
+    __table_args__ = (sa.Index("ix_requests_key_id_created_at", "key_id", "created_at"),)  # a key's spend (budgets)
 
     request_id: Mapped[str] = mapped_column(sa.String, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(index=True, default=utcnow)
@@ -230,6 +231,23 @@ class ApiKey(Base):
     rpm_limit: Mapped[int | None]  # requests per minute (per replica); None: no limit
     tpm_limit: Mapped[int | None]  # prompt + completion tokens per minute (per replica)
     max_streams: Mapped[int | None]  # requests in flight at once (per replica)
+    # a spend cap (aio.db.budgets): USD per UTC day / ISO week / month, or in total; a soft share warns first
+    budget_usd: Mapped[float | None]
+    budget_period: Mapped[str | None] = mapped_column(sa.String)  # day | week | month | total
+    budget_soft: Mapped[float | None]  # share of budget_usd (0 < x < 1) past which the key is flagged
+
+
+class BudgetHold(Base):
+    """A budgeted key's request that started and whose row is not in `requests` yet, with the cost it may reach
+    (aio.http.budget_guard): every replica counts it against the key's budget until the row is written."""
+    __tablename__ = "budget_holds"
+
+    request_id: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    key_id: Mapped[int] = mapped_column(index=True)
+    estimate_usd: Mapped[float]
+    replica: Mapped[str | None] = mapped_column(sa.String)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
 
 
 class Lease(Base):

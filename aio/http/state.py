@@ -12,6 +12,7 @@ from aio.metrics import Metrics
 from aio.probing.background import TierMeasurements
 from aio.routing import Classifier, Router
 from aio.http.auth import Authenticator
+from aio.http.budget_guard import BudgetGuard
 from aio.http.key_limits import KeyLimiter
 from aio.settings import Settings, TierSettings
 from tiers.serving.pool import TierPool
@@ -35,6 +36,7 @@ class AppState:
     demo: EmbeddedDefault | None = None  # the embedded demo tiers, when no tiers are configured
     limiter: KeyLimiter = field(default_factory=KeyLimiter)  # per-key limits (this replica's share)
     measurements: TierMeasurements | None = None  # the tiers' probe measurements, and the background probe
+    budgets: BudgetGuard | None = None  # key budgets: the spend rule at a request's start
 
     @property
     def classifier(self) -> Classifier:

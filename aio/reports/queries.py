@@ -14,7 +14,9 @@ from sqlalchemy.engine import Connection
 from aio.reports.ranges import TimeRange
 from aio.reports.sql import (bucket_label, bucket_labels, day_filter, hour_of, ratio, raw_filter, request_tier,
                                tier_sort_key)
+from aio.db.budgets import budget_states
 from aio.db.models import ApiKey, DailyAggregate, DailyUsage, Request
+from aio.db.records import utcnow
 
 SUMS = ("requests", "errors", "prompt_tokens", "completion_tokens", "cost_usd", "baseline_cost_usd")
 BREAKDOWNS = ("tier", "key", "user", "model")
@@ -148,9 +150,10 @@ def breakdown(connection: Connection, r: TimeRange, by: str, limit: int) -> dict
     `other`. No key is key 0 ("open endpoint or admin key"); no user or model is null."""
     rows = _grouped(connection, r, by)
     total = _total([values for _, values in rows])
-    names = {}
+    names, budgets = {}, {}
     if by == "key":
         names = dict(connection.execute(sa.select(ApiKey.id, ApiKey.name)).all())
+        budgets = budget_states(connection, utcnow())
     top = []
     for value, values in rows[:limit]:
         label = value
@@ -159,6 +162,8 @@ def breakdown(connection: Connection, r: TimeRange, by: str, limit: int) -> dict
         elif by in ("user", "model") and value == "":
             value, label = None, "(none)"
         top.append({by: value, "label": label, **values, "cost_share": ratio(values["cost_usd"], total["cost_usd"])})
+        if by == "key" and value and int(value) in budgets:  # spent, left and the next reset, in its own period
+            top[-1]["budget"] = budgets[int(value)].as_json()
     rest = [values for _, values in rows[limit:]]
     other = {**_total(rest), "groups": len(rest)} if rest else None
     return {"by": by, "rows": top, "other": other, "total": total, "num_groups": len(rows)}

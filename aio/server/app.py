@@ -14,6 +14,7 @@ from aio.chat.service import ChatService
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
+from aio.http.budget_guard import BudgetGuard
 from aio.db.migrate import ensure_schema
 from aio.demo import EmbeddedDefault
 from aio.http.auth import Authenticator, is_loopback
@@ -127,7 +128,8 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
 
         prune_task = asyncio.create_task(prune_periodically(db, settings.raw_retention_days), name="aio-prune")
     return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task,
-                    monitor, prune_task, demo, measurements=measurements)
+                    monitor, prune_task, demo, measurements=measurements,
+                    budgets=BudgetGuard(db, replica=settings.replica))
 
 
 def _fit_now(watcher: RouterWatcher) -> None:

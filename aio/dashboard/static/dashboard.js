@@ -217,13 +217,23 @@ function renderCost(data) {
   stacked("chart-cost-tiers", data.buckets, data.tiers, "cost_usd", "Actual cost by tier ($)");
 }
 
+// A key's budget: spent of the budget this period, what is left and the next reset; flagged past the soft limit.
+function budgetText(b) {
+  if (!b) return "";
+  const flag = b.exceeded ? "⛔ " : b.soft_exceeded ? "⚠ " : "";
+  const reset = b.next_reset ? `, resets ${b.next_reset.slice(0, 16).replace("T", " ")} UTC` : "";
+  return `${flag}${usd(b.spent_usd)} of ${usd(b.budget_usd)}/${b.period}, ${usd(b.left_usd)} left${reset}`;
+}
+
 function renderBreakdown(data) {
   const titles = { tier: "By tier", key: "By API key", user: "By user", model: "By model" };
   for (const [by, b] of Object.entries(data.breakdowns)) {
+    const budgets = by === "key";
     const rows = b.rows.map((row) => [by === "tier" ? tierName(row.label) : row.label, num(row.requests), num(row.tokens), usd(row.cost_usd),
-      usd(row.savings_usd), pct(row.cost_share)]);
-    if (b.other) rows.push([`(${b.other.groups} more)`, num(b.other.requests), num(b.other.tokens), usd(b.other.cost_usd), usd(b.other.savings_usd), ""]);
-    table(`breakdown-${by}`, titles[by], [by, "requests", "tokens", "cost", "savings", "share"], rows);
+      usd(row.savings_usd), pct(row.cost_share), ...(budgets ? [budgetText(row.budget)] : [])]);
+    if (b.other) rows.push([`(${b.other.groups} more)`, num(b.other.requests), num(b.other.tokens), usd(b.other.cost_usd), usd(b.other.savings_usd), "",
+      ...(budgets ? [""] : [])]);
+    table(`breakdown-${by}`, titles[by], [by, "requests", "tokens", "cost", "savings", "share", ...(budgets ? ["budget"] : [])], rows);
   }
 }
 

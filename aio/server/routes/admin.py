@@ -7,8 +7,9 @@ import dataclasses
 from fastapi import APIRouter, Depends
 
 from aio.api.errors import APIError
-from aio.api.schemas import CreateKeyRequest
-from aio.db.keys import MAX_ID
+from aio.api.schemas import CreateKeyRequest, UpdateKeyRequest
+from aio.db.budgets import Budget
+from aio.db.keys import MAX_ID, KeyLimits
 from aio.http.deps import State, admin_key
 from aio.http.json_text import TextCheckedRoute
 
@@ -28,8 +29,34 @@ async def list_keys(state: State) -> dict:
 
 @router.post("/keys", status_code=201)
 async def create_key(body: CreateKeyRequest, state: State) -> dict:
-    info, key = await asyncio.to_thread(state.keys.create, body.name, body.role)
+    try:
+        limits = KeyLimits(body.rpm_limit, body.tpm_limit, body.max_streams)
+        budget = Budget(body.budget_usd, body.budget_period or "month", body.budget_soft) \
+            if body.budget_usd is not None else None
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="budget_usd", code="invalid_value") from None
+    if budget is None and (body.budget_period is not None or body.budget_soft is not None):
+        raise APIError(400, "budget_period and budget_soft need a budget_usd", param="budget_usd",
+                       code="invalid_value")
+    info, key = await asyncio.to_thread(state.keys.create, body.name, body.role, limits, budget)
     return {**_info(info), "key": key}
+
+
+@router.patch("/keys/{key_id}")
+async def update_key(key_id: str, body: UpdateKeyRequest, state: State) -> dict:
+    """Changes the limits and budget fields the body names (null: none); the others stay."""
+    number = _key_id(key_id)
+    changes = body.changes()
+    if not changes:
+        raise APIError(400, "nothing to change: send rpm_limit, tpm_limit, max_streams, budget_usd, budget_period or "
+                            "budget_soft", code="invalid_value")
+    try:
+        info = await asyncio.to_thread(state.keys.update_limits, number, changes)
+    except ValueError as exc:
+        raise APIError(400, str(exc), code="invalid_value") from None
+    if info is None:
+        raise APIError(404, f"no active key with id {number}", param="key_id")
+    return _info(info)
 
 
 def _key_id(text: str) -> int:

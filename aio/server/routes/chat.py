@@ -10,6 +10,7 @@ from aio.chat.context import RequestContext
 from aio.http.deps import ApiKey, State
 from aio.server.disconnects import EventStream, unless_disconnected
 from aio.server.errors import error_response
+from aio.http.budget_guard import BudgetExceeded
 from aio.http.key_limits import Admission, KeyLimitExceeded
 from aio.http.json_text import TextCheckedRoute
 from aio.http.state import AppState
@@ -31,6 +32,15 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     except KeyLimitExceeded as exc:
         state.service.accounting.rejected(body, ctx, exc)
         return error_response(exc, {**headers, **exc.rate_headers})
+    try:
+        await _budget(state, key, ctx.request_id)
+    except BudgetExceeded as exc:
+        admission.finish(0)
+        state.service.accounting.rejected(body, ctx, exc)
+        return error_response(exc, {**headers, **exc.budget_headers})
+    except BaseException:
+        admission.finish(0)
+        raise
     ctx.on_done = admission.finish
     headers.update(admission.headers)
     response: Response | None = None
@@ -40,6 +50,12 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     finally:
         if not isinstance(response, EventStream):  # a stream releases it when it ends
             admission.finish(0)  # idempotent: the request's accounting released it with its tokens
+
+
+async def _budget(state: AppState, key, request_id: str) -> None:
+    guard = getattr(state, "budgets", None)  # None in bare test apps
+    if guard is not None:
+        await guard.admit(key, request_id)
 
 
 async def _answer(body: ChatCompletionRequest, ctx: RequestContext, state: AppState, headers: dict[str, str],
