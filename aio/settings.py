@@ -147,6 +147,13 @@ class Settings(BaseSettings):
     cascade_threshold: float = Field(DEFAULT_CASCADE_THRESHOLD, le=0)
     cascade_confidence: Literal["scorer", "mean", "min"] = "scorer"  # scorer: the routing fit's (else mean)
     log_prompts: bool = True  # False: prompts and answers are not stored in the SQL log
+    # the exact answer cache (docs/operations.md#answer-cache): "memory" (per replica, LRU of answer_cache_max_entries)
+    # or "sql" (the database, shared by replicas); deterministic, non-streamed requests are answered from it.
+    # scope "key": per API key; "shared": across keys (an operator's explicit choice). opt_in: only `aio_cache: true`.
+    answer_cache: Literal["off", "memory", "sql"] = "off"
+    answer_cache_max_entries: int = Field(10_000, ge=1)
+    answer_cache_scope: Literal["key", "shared"] = "key"
+    answer_cache_opt_in: bool = False
     max_body_bytes: int = Field(4 << 20, ge=1024)
     max_concurrent_requests: int = Field(1024, ge=1)  # in flight over all tiers; beyond: 429
     queue_timeout_s: float = Field(60.0, gt=0)  # no first token by then: refused with 503, not served late

@@ -423,7 +423,7 @@ def test_migration_backfills_the_new_aggregates_from_existing_requests(tmp_path)
     old = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
     migrate.upgrade(old, "0003")
     later_request_columns = ("itl_ms", "queue_ms", "replica", "confidence", "cascade_from_tier", "cascade_confidence",
-                             "cascade_cost_usd")
+                             "cascade_cost_usd", "cache_hit", "cache_saved_usd")
     old_request_columns = [c for c in Request.__table__.columns.keys() if c not in later_request_columns]
     old_aggregate_columns = [c for c in DailyAggregate.__table__.columns.keys()
                              if c not in ("num_escalations", "num_fallbacks", "num_cascades", "cascade_cost_usd")]

@@ -134,6 +134,8 @@ class ChatCompletionRequest(StrictModel):
     # the confidence cascade for this request (None: the server's `cascade`); a threshold turns it on
     aio_cascade: bool | None = None
     aio_cascade_threshold: float | None = Field(None, le=0)  # a confidence (logprob) below which the answer escalates
+    # the exact answer cache (aio.answer_cache): false skips it; true asks for it (a 400 where it cannot apply)
+    aio_cache: bool | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]

@@ -67,6 +67,22 @@ class Accounting:
         self.metrics.requests.labels("none", "none", "rejected").inc()
         _done(ctx, 0)
 
+    def cached(self, body: ChatCompletionRequest, ctx: RequestContext, response: dict[str, Any], tier: str,
+               saved_usd: float) -> None:
+        """A request answered from the answer cache: logged as a hit, 0 tokens, the cost it saved."""
+        aio = response.get("aio") or {}
+        first = (response.get("choices") or [{}])[0]
+        self._submit(RequestRecord(
+            request_id=ctx.request_id, status="ok", created_at=ctx.created_at, tier=tier, model=response.get("model"),
+            routing_reason="cache", key_id=ctx.key_id, user=body.user,
+            prompt=self._redact(json.dumps([m.model_dump() for m in body.messages])),
+            answer=self._redact((first.get("message") or {}).get("content")),
+            baseline_cost_usd=float(aio.get("baseline_cost_usd") or 0.0),
+            latency_ms=(time.perf_counter() - ctx.arrived) * 1000, finish_reason=first.get("finish_reason"),
+            num_choices=len(response.get("choices") or []), cache_hit=True, cache_saved_usd=saved_usd))
+        self.metrics.requests.labels(tier, "cache", "ok").inc()
+        _done(ctx, 0)
+
     def begun(self, chat: PreparedChat) -> None:
         """Journals the request before its first token: a crash from here on still leaves its row."""
         state = GenerationState.for_chat(chat)

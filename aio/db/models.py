@@ -85,6 +85,24 @@ class Request(Base):
     cascade_from_tier: Mapped[str | None] = mapped_column(sa.String)
     cascade_confidence: Mapped[float | None]
     cascade_cost_usd: Mapped[float | None]
+    # answered from the exact answer cache (aio.answer_cache): no tokens billed; what the first answer cost
+    cache_hit: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
+    cache_saved_usd: Mapped[float | None]
+
+
+class AnswerCacheEntry(Base):
+    """An answer in the SQL answer cache (`answer_cache = "sql"`), under the SHA-256 of its request's key (never the
+    prompt). Deleted with the request log's raw rows past `raw_retention_days`."""
+    __tablename__ = "answer_cache"
+
+    key_hash: Mapped[str] = mapped_column(sa.String, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    body: Mapped[str] = mapped_column(sa.Text)  # the first answer's response body (JSON)
+    tier: Mapped[str] = mapped_column(sa.String)
+    model: Mapped[str] = mapped_column(sa.String)
+    cost_usd: Mapped[float]
+    baseline_cost_usd: Mapped[float]
+    request_id: Mapped[str] = mapped_column(sa.String)  # the request that produced it
 
 
 class Verification(Base):

@@ -47,3 +47,5 @@ class RequestRecord:
     cascade_from_tier: str | None = None
     cascade_confidence: float | None = None
     cascade_cost_usd: float | None = None
+    cache_hit: bool = False  # answered from the answer cache (no tokens billed)
+    cache_saved_usd: float | None = None  # on a hit: what the cached answer cost when it was made

@@ -1,6 +1,6 @@
 """Retention of raw rows: `requests` (and their `verifications`) older than `raw_retention_days` are deleted; the
 daily aggregates, histograms and usage sums they were counted into stay, so the dashboard's long ranges and the
-cost report keep working."""
+cost report keep working. The answer cache's SQL entries older than the cutoff go too."""
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from aio.db.models import Request, Verification
+from aio.db.models import AnswerCacheEntry, Request, Verification
 from aio.db.records import utcnow
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,8 @@ def prune_raw_rows(engine: Engine, retention_days: int, now: datetime | None = N
             num_verifications += connection.execute(
                 sa.delete(Verification).where(Verification.request_id.in_(ids))).rowcount
             num_requests += connection.execute(sa.delete(Request).where(Request.request_id.in_(ids))).rowcount
+    with engine.begin() as connection:  # cached answers follow the log's retention
+        connection.execute(sa.delete(AnswerCacheEntry).where(AnswerCacheEntry.created_at < cutoff))
     return PruneResult(cutoff, num_requests, num_verifications)
 
 

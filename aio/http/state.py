@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from aio.answer_cache import AnswerCache
 from aio.chat.service import ChatService
 from aio.db.keys import KeyStore
 from aio.demo import EmbeddedDefault
@@ -37,6 +38,7 @@ class AppState:
     limiter: KeyLimiter = field(default_factory=KeyLimiter)  # per-key limits (this replica's share)
     measurements: TierMeasurements | None = None  # the tiers' probe measurements, and the background probe
     budgets: BudgetGuard | None = None  # key budgets: the spend rule at a request's start
+    answer_cache: AnswerCache | None = None  # the exact answer cache (None: answer_cache = "off")
 
     @property
     def classifier(self) -> Classifier:

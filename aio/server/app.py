@@ -14,6 +14,7 @@ from aio.chat.service import ChatService
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
+from aio.answer_cache import AnswerCache, MemoryStore, SqlStore
 from aio.http.budget_guard import BudgetGuard
 from aio.db.migrate import ensure_schema
 from aio.demo import EmbeddedDefault
@@ -129,7 +130,14 @@ async def _start(settings: Settings, bind_host: str, admin_key: str) -> AppState
         prune_task = asyncio.create_task(prune_periodically(db, settings.raw_retention_days), name="aio-prune")
     return AppState(settings, tier_settings, pool, router, service, log_writer, keys, auth, metrics, db, watch_task,
                     monitor, prune_task, demo, measurements=measurements,
-                    budgets=BudgetGuard(db, replica=settings.replica))
+                    budgets=BudgetGuard(db, replica=settings.replica), answer_cache=_answer_cache(settings, db))
+
+
+def _answer_cache(settings: Settings, db) -> AnswerCache | None:
+    if settings.answer_cache == "off":
+        return None
+    store = MemoryStore(settings.answer_cache_max_entries) if settings.answer_cache == "memory" else SqlStore(db)
+    return AnswerCache(store, settings.answer_cache_scope, settings.answer_cache_opt_in, settings.raw_retention_days)
 
 
 def _fit_now(watcher: RouterWatcher) -> None:

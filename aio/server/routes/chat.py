@@ -1,9 +1,12 @@
 """POST /v1/chat/completions."""
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
 
+from aio.answer_cache import CACHE_HEADER, AnswerCache, CachedAnswer, hit_body
 from aio.api.errors import APIError
 from aio.api.schemas import ChatCompletionRequest
 from aio.chat.context import RequestContext
@@ -61,6 +64,17 @@ async def _budget(state: AppState, key, request_id: str) -> None:
 async def _answer(body: ChatCompletionRequest, ctx: RequestContext, state: AppState, headers: dict[str, str],
                   admission: Admission) -> Response:
     service = state.service
+    cache: AnswerCache | None = getattr(state, "answer_cache", None)  # None in bare test apps
+    lookup = None
+    if cache is not None:
+        try:
+            lookup = await cache.lookup(body, ctx.key_id, [(t.name, t.model) for t in service.pool])
+        except APIError as exc:
+            service.accounting.rejected(body, ctx, exc)
+            return error_response(exc, headers)
+        headers[CACHE_HEADER] = lookup.status
+        if lookup.answer is not None:
+            return _cache_hit(body, ctx, service, lookup.answer, headers)
     try:
         chat = await service.prepare(body, ctx)
     except APIError as exc:
@@ -86,6 +100,18 @@ async def _answer(body: ChatCompletionRequest, ctx: RequestContext, state: AppSt
         return error_response(exc, headers)
     headers.update(_tier_headers(chat))
     headers["x-aio-cost-usd"] = f"{result['aio']['cost_usd']:.10f}"
+    if lookup is not None:
+        await cache.save(lookup, result, ctx.request_id)
+    return JSONResponse(result, headers=headers)
+
+
+def _cache_hit(body: ChatCompletionRequest, ctx: RequestContext, service, answer: CachedAnswer,
+               headers: dict[str, str]) -> Response:
+    """The first answer again, without the engine: logged as a hit, 0 tokens billed."""
+    result = hit_body(answer, ctx.request_id, int(time.time()))
+    service.accounting.cached(body, ctx, result, answer.tier, answer.cost_usd)
+    headers.update({"x-aio-tier": answer.tier, "x-aio-model": answer.model, "x-aio-routing-reason": "cache",
+                    "x-aio-cost-usd": f"{0.0:.10f}"})
     return JSONResponse(result, headers=headers)
 
 
