@@ -29,7 +29,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its thread pool would compete with the decode's
+
+import torch  # noqa: E402
 
 ISA_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
              "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16")
@@ -128,6 +130,14 @@ def _kind(name: str) -> str:
     return re.sub(r"^layers\.\d+\.(self_attn|mlp)\.", "", name)
 
 
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy allocated as the loader allocates weights (numpy: large arrays on transparent huge pages where the
+    kernel allows them), so that its reads cost what the model's own do."""
+    if t.dtype == torch.bfloat16:
+        return t.clone()
+    return torch.from_numpy(t.numpy().copy())
+
+
 def _matmul(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     """A fresh copy of a quantized projection's weights (no byte shared with the model's) and its batch-1 kernel
     call, as the engine's decode makes it (bias added apart, outside the timing)."""
@@ -135,12 +145,12 @@ def _matmul(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
         from tiers.quantization import kquant
         from tiers.quantization.kquant import KQuantWeight
 
-        weight = KQuantWeight([(kind, rows.clone()) for kind, rows in module.kq.parts], module.kq.in_features)
+        weight = KQuantWeight([(kind, _copy(rows)) for kind, rows in module.kq.parts], module.kq.in_features)
         native = module.native
         return lambda x: kquant.gemm(native, x, weight)
     clone = copy.copy(module)  # the layer's other state shared; its tensors copied
-    clone._buffers = {k: v.clone() if v is not None else None for k, v in module._buffers.items()}
-    clone._parameters = {k: torch.nn.Parameter(v.detach().clone(), requires_grad=False) if v is not None else None
+    clone._buffers = {k: _copy(v) if v is not None else None for k, v in module._buffers.items()}
+    clone._parameters = {k: torch.nn.Parameter(_copy(v.detach()), requires_grad=False) if v is not None else None
                          for k, v in module._parameters.items()}
     return lambda x: clone.impl.matmul(clone, x)
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import time
 from collections import defaultdict
 from pathlib import Path
 
-import torch
+# the tokenizer's thread pool spins beside the decode's threads: 4-9 tok/s instead of 17 on the 1.5B, 2 threads
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
 
 
 def _kind(name: str) -> str:
