@@ -21,7 +21,9 @@ import sqlalchemy as sa
 
 from aio.db import migrate
 from aio.db.database import make_engine
+from aio.db.budgets import Budget, budget_states
 from aio.db.keys import KeyStore
+from aio.db.records import RequestRecord
 from aio.db.models import Verification
 from aio.demo import RANDOM_NOTE, SMOLLM2_NOTE
 from aio.demo_family import FAMILY_NOTE
@@ -115,6 +117,7 @@ def server(tmp_path_factory):
     engine = make_engine(url)
     migrate.upgrade(engine)
     now = datetime.now(timezone.utc)
+    budgeted, _ = KeyStore(engine).create("team-budget", "user", budget=Budget(1.0, "day", soft=0.8))  # key 1
     records = make_records(300, 5, now - timedelta(days=5), timedelta(days=5) - timedelta(hours=1), "b")
     records[0].tier, records[0].status = "small", "ok"
     records[0].prompt = json.dumps([{"role": "user", "content": XSS_PROMPT}])
@@ -130,6 +133,11 @@ def server(tmp_path_factory):
     with engine.begin() as connection:
         connection.execute(sa.insert(Verification), verifications)
     _, chat_key = KeyStore(engine).create("chat-user", "user")
+    write(engine, [RequestRecord(request_id="b-budget", status="ok", created_at=now - timedelta(minutes=5),
+                                 key_id=budgeted.id, tier="small", model="model-small", cost_usd=0.01)])
+    with engine.connect() as connection:  # 90% of the budget spent today: past the soft limit, not the budget
+        spent = budget_states(connection, now)[budgeted.id].spent_usd
+    KeyStore(engine).update_limits(budgeted.id, {"budget_usd": spent / 0.9})
     engine.dispose()
     live = start_server(None, home, url, admin_key=ADMIN_KEY, AIO_MONITOR_MODE="off", AIO_DEMO_MODEL="random")
     try:
@@ -231,6 +239,19 @@ def check_the_page_tells_the_truth_at_a_glance(browser) -> None:
         assert a["x"] + a["w"] / 2 <= b["x"] - b["w"] / 2, (a, b)  # Chart.js's own tick boxes do not overlap
 
 
+def check_the_budget_state_beside_the_keys_spend(browser) -> None:
+    """The "By API key" table has a budget column: spent of the budget, what is left and the next reset, flagged past
+    the soft limit; a key without a budget has an empty cell."""
+    headers = browser.evaluate("[...document.querySelectorAll('#breakdown-key thead th')].map(th => th.textContent)")
+    assert headers[-1] == "budget", headers
+    rows = browser.evaluate("[...document.querySelectorAll('#breakdown-key tbody tr')]"
+                            ".map(tr => [...tr.children].map(td => td.textContent))")
+    cells = {row[0]: row[-1] for row in rows}
+    budget = cells["team-budget"]
+    assert budget.startswith("⚠ ") and "/day" in budget and " left" in budget and "resets" in budget, budget
+    assert all(cell == "" for label, cell in cells.items() if label != "team-budget"), cells
+
+
 def test_dashboard_renders_its_charts_escapes_the_log_and_logs_no_errors(server, browser):
     live, chat_key = server
     url = f"{live.base_url}/dashboard"
@@ -265,6 +286,7 @@ def test_dashboard_renders_its_charts_escapes_the_log_and_logs_no_errors(server,
     estimate = browser.evaluate("document.getElementById('tile-estimate').textContent")
     assert "Quality vs all-large (est.)" in estimate and "not measured" in estimate  # this server has no fit
     check_the_page_tells_the_truth_at_a_glance(browser)
+    check_the_budget_state_beside_the_keys_spend(browser)
 
     browser.evaluate("document.querySelector('#range-all select').value = '7d'; "
                      "document.querySelector('#range-all select').dispatchEvent(new Event('change')); true")
