@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from aio.api.errors import APIError
 from aio.cli import app as cli_app
 from aio.db.budgets import Budget, budget_states, next_reset, period_start
 from aio.db.database import make_engine
@@ -133,6 +134,16 @@ def test_earlier_days_of_the_period_count_from_the_daily_sums_and_survive_prunin
     assert state.next_reset == at(2026, 12, 1)
     with pytest.raises(BudgetExceeded):
         admit(BudgetGuard(engine, clock=Clock(now), wait_s=0.2), info)
+
+
+def test_a_budget_that_cannot_be_checked_is_not_lifted(engine, tmp_path):
+    info, _ = KeyStore(engine).create("team", budget=Budget(1.0, "day"))
+    away = make_engine(f"sqlite:///{tmp_path / 'missing' / 'aio.db'}")  # no such folder: every query fails
+    with pytest.raises(APIError) as refused:
+        admit(BudgetGuard(away, wait_s=0.2), info)
+    assert refused.value.status_code == 503 and refused.value.code == "database_unavailable"
+    admit(BudgetGuard(away, wait_s=0.2), KeyStore(engine).create("free")[0])  # no budget: nothing to check
+    away.dispose()
 
 
 def test_a_total_budget_never_resets(engine):

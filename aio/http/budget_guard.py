@@ -10,7 +10,8 @@ largest request cost this period) until its row is in the request log. Admission
 - spent < budget, and
 - no hold is open for the key, or spent + the open holds + its own estimate stay below the budget;
 
-otherwise it waits (polling) for a hold to clear, and gets 429 after `wait_s`. A key's first request of a period
+otherwise it waits (polling) for a hold to clear, and gets 429 after `wait_s`. While the database cannot be
+reached, a budgeted key's requests get 503 (the cap is not lifted); keys without a budget are not affected. A key's first request of a period
 (no cost known yet) starts only with no other hold open. So the budget is overrun by at most the one request that
 started alone, plus what any request costs beyond the largest seen earlier in the period: no more than one request
 in flight per replica. The soft limit logs one warning per key and period.
@@ -83,7 +84,12 @@ class BudgetGuard:
         deadline = loop.time() + self.wait_s
         while True:
             now = self._clock()
-            decision = await asyncio.to_thread(self._try_start, key.id, budget, request_id, now)
+            try:
+                decision = await asyncio.to_thread(self._try_start, key.id, budget, request_id, now)
+            except sa.exc.SQLAlchemyError as exc:  # a cap that cannot be checked is not lifted: fail closed
+                logger.warning("budget check for API key %d failed: %s", key.id, exc)
+                raise APIError(503, "cannot check this API key's budget right now; retry later",
+                               code="database_unavailable", retry_after_s=5) from exc
             self._warn_soft(key, budget, decision.spent, period_start(budget.period, now))
             reset = next_reset(budget.period, now)
             if decision.started:

@@ -13,7 +13,6 @@ from aio.chat.context import RequestContext
 from aio.http.deps import ApiKey, State
 from aio.server.disconnects import EventStream, unless_disconnected
 from aio.server.errors import error_response
-from aio.http.budget_guard import BudgetExceeded
 from aio.http.key_limits import Admission, KeyLimitExceeded
 from aio.http.json_text import TextCheckedRoute
 from aio.http.state import AppState
@@ -37,12 +36,14 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
         return error_response(exc, {**headers, **exc.rate_headers})
     try:
         await _budget(state, key, ctx.request_id)
-    except BudgetExceeded as exc:
+    except APIError as exc:  # 429 budget_exceeded, or 503 when the budget cannot be checked
         admission.finish(0)
         state.service.accounting.rejected(body, ctx, exc)
-        return error_response(exc, {**headers, **exc.budget_headers})
-    except BaseException:
+        return error_response(exc, {**headers, **getattr(exc, "budget_headers", {})})
+    except BaseException:  # the client left while the budget was checked: its row clears any hold it took
         admission.finish(0)
+        state.service.accounting.rejected(body, ctx, APIError(CLIENT_CLOSED_REQUEST, "the client closed the "
+                                                              "connection", code="client_closed"))
         raise
     ctx.on_done = admission.finish
     headers.update(admission.headers)
