@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from aio.answer_cache.key import cache_key, is_deterministic
-from aio.answer_cache.stores import AnswerStore, CachedAnswer, retention_cutoff
+from aio.answer_cache.stores import AnswerStore, CachedAnswer, MemoryStore, retention_cutoff
 from aio.api.errors import invalid_request
 from aio.api.schemas import ChatCompletionRequest
 from aio.db.records import utcnow
@@ -97,8 +97,6 @@ class AnswerCache:
             logger.exception("the answer cache could not store request %s", request_id)
 
     async def _call(self, fn, *args):
-        from aio.answer_cache.stores import MemoryStore
-
         if isinstance(self.store, MemoryStore):
             return fn(*args)  # a dict lookup: no thread hop
         return await asyncio.to_thread(fn, *args)
