@@ -200,8 +200,9 @@ def test_a_second_request_waits_while_the_first_may_use_what_is_left(engine):
 
 
 def test_the_429_is_openai_shaped_with_the_reset_time(engine):
-    info, key = KeyStore(engine).create("team", budget=Budget(0.001, "day"))
-    app, service, log = chat_app([FakeTier("small")], {"k": info})
+    info, _ = KeyStore(engine).create("team", budget=Budget(0.001, "day"))
+    tier = FakeTier("small")
+    app, _, log = chat_app([tier], {"k": info})
     clock = Clock(at(2026, 11, 26, 10))
     app.state.aio.budgets = BudgetGuard(engine, clock=clock, wait_s=0.2)
     spend(engine, info.id, 0.002, clock.now)
@@ -216,7 +217,7 @@ def test_the_429_is_openai_shaped_with_the_reset_time(engine):
     assert response.headers[RESET_HEADER] == "2026-11-27T00:00:00+00:00"
     assert int(response.headers["retry-after"]) == 14 * 3600
     assert [(r.status, r.http_status) for r in log.records] == [("rejected", 429)]
-    assert not FakeTier("small").calls
+    assert not tier.calls
 
 
 @pytest.fixture()
@@ -350,7 +351,8 @@ def test_two_replicas_on_postgres_overrun_a_budget_by_at_most_one_request_in_fli
     with engine.connect() as connection:
         spent = budget_states(connection, datetime.now(UTC))[info.id].spent_usd
     served = outcomes.count(200)
-    print(f"served {served} requests, spent {spent / per_request:.2f} requests of a {budget / per_request:.0f}-request budget")
+    print(f"served {served} requests, spent {spent / per_request:.2f} requests of a "
+          f"{budget / per_request:.0f}-request budget")
     assert served * per_request == pytest.approx(spent)
     assert budget <= spent <= budget + 2 * per_request + 1e-12, (served, spent / per_request)
     assert outcomes.count(429) == 12  # every client was refused in the end

@@ -4,4 +4,5 @@ from aio.answer_cache.cache import CACHE_HEADER, AnswerCache, CacheLookup, hit_b
 from aio.answer_cache.key import EXCLUDED_FIELDS, cache_key
 from aio.answer_cache.stores import CachedAnswer, MemoryStore, SqlStore
 
-__all__ = ["CACHE_HEADER", "hit_body", "AnswerCache", "CacheLookup", "CachedAnswer", "EXCLUDED_FIELDS", "MemoryStore", "SqlStore", "cache_key"]
+__all__ = ["CACHE_HEADER", "EXCLUDED_FIELDS", "AnswerCache", "CacheLookup", "CachedAnswer", "MemoryStore", "SqlStore",
+           "cache_key", "hit_body"]

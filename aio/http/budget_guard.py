@@ -10,11 +10,11 @@ largest request cost this period) until its row is in the request log. Admission
 - spent < budget, and
 - no hold is open for the key, or spent + the open holds + its own estimate stay below the budget;
 
-otherwise it waits (polling) for a hold to clear, and gets 429 after `wait_s`. While the database cannot be
-reached, a budgeted key's requests get 503 (the cap is not lifted); keys without a budget are not affected. A key's first request of a period
+otherwise it waits (polling) for a hold to clear, and gets 429 after `wait_s`. A key's first request of a period
 (no cost known yet) starts only with no other hold open. So the budget is overrun by at most the one request that
 started alone, plus what any request costs beyond the largest seen earlier in the period: no more than one request
-in flight per replica. The soft limit logs one warning per key and period.
+in flight per replica. The soft limit logs one warning per key and period. While the database cannot be reached,
+a budgeted key's requests get 503 (the cap is not lifted); keys without a budget are not affected.
 """
 from __future__ import annotations
 
