@@ -12,12 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from aio.settings import TIER_ORDER, TierSettings
-from tiers.llm_engine import Engine
+from tiers.engine.llm_engine import Engine
 from tiers.models.checkpoint import is_checkpoint
 from tiers.models.gguf import GGUFCheckpoint, load_gguf
 from tiers.serving.pool import LocalTier, Tier, TierPool, load_local_tier
 from tiers.serving.remote import RemoteTier
-from tiers.spec_decode.draft_model import DraftModelError
+from tiers.engine.spec_decode.draft_model import DraftModelError
 
 logger = logging.getLogger(__name__)
 

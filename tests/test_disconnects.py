@@ -10,7 +10,7 @@ import pytest
 
 from tests.inprocess import Call, StepGate, chat_app, engine_idle, limited_key, until
 from tests.test_chat_service import FakeTier
-from tiers.llm_engine import Engine
+from tiers.engine.llm_engine import Engine
 from tiers.serving.pool import ChatChunk, LocalTier
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -164,7 +164,7 @@ def test_end_to_end_a_hog_fills_the_kv_pool_and_another_tenants_request_complete
     import torch
 
     from tiers.engine.kv_cache import kv_bytes_per_block
-    from tiers.llm_engine import Engine
+    from tiers.engine.llm_engine import Engine
     from tiers.models.checkpoint import open_checkpoint
 
     path = checkpoint_dir("llama")

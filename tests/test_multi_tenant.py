@@ -14,7 +14,7 @@ import pytest
 from benchmarks.live_server import aio_command, create_key, server_env, start_server
 from tests.inprocess import Call, StepGate, chat_app, engine_idle, limited_key, until
 from tests.test_server_api import HELLO, log_rows
-from tiers.llm_engine import Engine
+from tiers.engine.llm_engine import Engine
 from tiers.serving.pool import LocalTier
 
 

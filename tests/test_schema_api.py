@@ -16,7 +16,7 @@ import pytest
 
 from tests.inprocess import Call, chat_app
 from tiers.engine import structured_output
-from tiers.llm_engine import Engine
+from tiers.engine.llm_engine import Engine
 from tiers.serving.pool import LocalTier
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -29,7 +29,7 @@ PROBE_SCRIPT = """
 import asyncio, json, sys
 from tests.inprocess import Call, chat_app
 from tests.test_schema_limits import property_chain
-from tiers.llm_engine import Engine
+from tiers.engine.llm_engine import Engine
 from tiers.serving.pool import LocalTier
 
 LONG = 65_536

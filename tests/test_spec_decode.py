@@ -11,9 +11,9 @@ from tiers import Engine, SamplingParams
 from tiers.checkpoints import create_random_checkpoint
 from tiers.engine.sampler import processed_probs
 from tiers.engine.sequence import Sequence
-from tiers.spec_decode.adaptive import (AcceptanceEstimate, CostModel, SpecController,
+from tiers.engine.spec_decode.adaptive import (AcceptanceEstimate, CostModel, SpecController,
                                         expected_tokens)
-from tiers.spec_decode.proposer import NgramProposer
+from tiers.engine.spec_decode.proposer import NgramProposer
 from tiers.engine.rejection_sampler import verify_one
 
 MAX_TOKENS = 24

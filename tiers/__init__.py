@@ -4,9 +4,7 @@ layer above it. No SQL, and no HTTP except a remote tier's client (`serving/remo
 Floors, top to bottom, each importing only the ones below it (tests/test_structure.py holds the folders and
 modules on disk to this list):
   serving/          the tier pool AIO serves from: a local Engine or a remote server per tier; tool calling
-  llm_engine.py     Engine, the engine's front end: requests in, the step loop, outputs out
-  spec_decode/      speculative decoding: draft and n-gram proposers, the speculator, adaptive k
-  engine/           scheduler, KV cache and blocks, model runner, sampling, structured outputs, EngineConfig
+  engine/           Engine (llm_engine.py), its step (core.py), scheduler, KV cache, sampling, spec_decode/
   models/           model configs, the Llama-family model, checkpoints (HF, AWQ, GGUF), tokenizers
   attention/        attention backends: PyTorch, Triton, native
   quantization/     INT4 / INT8 weights, QuantizedLinear and its kernels
@@ -21,7 +19,7 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "Engine": "tiers.llm_engine",
+    "Engine": "tiers.engine.llm_engine",
     "EngineConfig": "tiers.engine.config",
     "EngineStats": "tiers.engine.outputs",
     "RequestOutput": "tiers.engine.outputs",

@@ -1,9 +1,9 @@
 """The engine's step: admit what the inbox holds, schedule, run the model (or the speculator around it), and turn
 the sampled tokens into outputs. A failure while serving one sequence ends that sequence alone.
 
-`Engine` (tiers/llm_engine.py) builds the parts, takes requests in and runs this step, inline (`generate`) or on
+`Engine` (tiers/engine/llm_engine.py) builds the parts, takes requests in and runs this step, inline (`generate`) or on
 its loop thread (`stream`); the speculator, when there is one, is used through its `plan` / `execute` /
-`verified` calls only, so this module imports nothing of `tiers.spec_decode`.
+`verified` calls only, so this module imports nothing of `tiers.engine.spec_decode`.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from tiers.engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
 from tiers.engine.sequence import Sequence
 
 if TYPE_CHECKING:
-    from tiers.spec_decode.speculator import Speculator
+    from tiers.engine.spec_decode.speculator import Speculator
 
-logger = logging.getLogger("tiers.llm_engine")  # the engine's log, as before the step had a module of its own
+logger = logging.getLogger("tiers.engine.llm_engine")  # the engine's log, as before the step had a module of its own
 
 
 class EngineCore:

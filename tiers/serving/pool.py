@@ -15,7 +15,7 @@ from tiers.engine.errors import EngineFailedError, RequestFailedError
 from tiers.engine.outputs import SpecDecodeStats
 from tiers.engine.sampling_params import InvalidRequestError, SamplingParams
 from tiers.engine.sequence import TokenLogprob
-from tiers.llm_engine import Engine
+from tiers.engine.llm_engine import Engine
 from tiers.serving.tools.local import LocalToolSupport
 from tiers.serving.tools.options import ChatOptions, ToolCallDelta
 

@@ -12,7 +12,7 @@ from tiers.serving.tools.prompt import TemplateTools, render_messages
 from tiers.serving.tools.tool_choice import guided_schema, make_parser, wants_json_object
 
 if TYPE_CHECKING:
-    from tiers.llm_engine import Engine
+    from tiers.engine.llm_engine import Engine
 
 
 class Chunk(Protocol):

@@ -33,9 +33,9 @@ from tiers.models.config import ModelConfig
 from tiers.models.gguf.reader import GGUFCheckpoint
 from tiers.models.llama import LlamaForCausalLM
 from tiers.models.loader import resolve_device, resolve_dtype
-from tiers.spec_decode.draft_model import DraftTarget, load_draft_model, share_draft_model
-from tiers.spec_decode.draft_runner import DraftRunner
-from tiers.spec_decode.speculator import Speculator
+from tiers.engine.spec_decode.draft_model import DraftTarget, load_draft_model, share_draft_model
+from tiers.engine.spec_decode.draft_runner import DraftRunner
+from tiers.engine.spec_decode.speculator import Speculator
 
 logger = logging.getLogger(__name__)
 

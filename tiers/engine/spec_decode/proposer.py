@@ -18,7 +18,7 @@ import torch
 from tiers.engine.input_batch import ForwardChunk
 from tiers.engine.sampler import exponential_race, processed_probs
 from tiers.engine.sequence import Sequence
-from tiers.spec_decode.draft_runner import DraftRunner
+from tiers.engine.spec_decode.draft_runner import DraftRunner
 
 
 class NgramProposer:

@@ -16,10 +16,10 @@ from tiers.engine.config import EngineConfig
 from tiers.engine.outputs import SpecDecodeStats
 from tiers.engine.scheduler import ScheduledSequence
 from tiers.engine.sequence import Sequence
-from tiers.spec_decode.adaptive import SpecController
-from tiers.spec_decode.draft_runner import DraftRunner
-from tiers.spec_decode.metrics import SpecDecodeMetrics
-from tiers.spec_decode.proposer import DraftModelProposer, NgramProposer
+from tiers.engine.spec_decode.adaptive import SpecController
+from tiers.engine.spec_decode.draft_runner import DraftRunner
+from tiers.engine.spec_decode.metrics import SpecDecodeMetrics
+from tiers.engine.spec_decode.proposer import DraftModelProposer, NgramProposer
 
 
 class Speculator:
