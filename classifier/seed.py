@@ -83,7 +83,7 @@ def label_weight(kind: str, label: int, easy: float = CHAT_EASY_WEIGHT, hard: fl
 def seed_weight(source: str, label: int) -> float:
     """The training weight of one seed row (`label_weight`), its kind told by its source."""
     kind = "chat" if source.startswith(CHAT_SOURCE) else "open" if source.startswith(OPEN_SOURCE) else "outcome"
-    return label_weight(kind, label)
+    return label_weight(kind, label, CHAT_EASY_WEIGHT, CHAT_HARD_WEIGHT, OPEN_WEIGHT)  # the weights in force now
 
 
 def seed_weights(sources, labels) -> np.ndarray:
