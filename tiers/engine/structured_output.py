@@ -46,7 +46,9 @@ class GrammarCompiler:
         self._setup_error: Exception | None = None
         self._ready = threading.Event()
         if tokenizer is not None:
-            threading.Thread(target=self._setup, name="grammar-tokenizer", daemon=True).start()
+            # not a daemon: the interpreter waits for it at exit, where a daemon thread still inside llguidance's
+            # native code would crash the finalising process (seen with one CPU, the preprocessing not yet done)
+            threading.Thread(target=self._setup, name="grammar-tokenizer", daemon=False).start()
         else:
             self._ready.set()
 
