@@ -11,12 +11,12 @@ modules on disk to this list):
   native/           the native CPU library (C, built at first use)
   triton_device.py  where Triton kernels can run: compiled on CUDA, or in the interpreter on CPU
   checkpoints.py    random checkpoints built offline (demo tiers, tests, benchmarks)
+  lazy_exports.py   the packages' public names, loaded on first use
 The public names below load on first use, so `tiers.engine.config` (EngineConfig) imports without torch.
 """
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from tiers.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "Engine": "tiers.engine.llm_engine",
@@ -31,8 +31,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'tiers' has no attribute {name!r}")
-    return getattr(import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

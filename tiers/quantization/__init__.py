@@ -4,8 +4,7 @@ that run them (tiers.quantization.methods) and the linear layer built on them.
 The public names load on first use, so `tiers.quantization.modes` (QUANTIZATION_MODES) imports without torch."""
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from tiers.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "Int4Weight": "tiers.quantization.int4",
@@ -26,8 +25,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'tiers.quantization' has no attribute {name!r}")
-    return getattr(import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
