@@ -38,6 +38,11 @@ def _symbol(rng, level: int):
     return f"What is the chemical symbol of {element}?", symbol, "text"
 
 
+def _atomic_number(rng, level: int):
+    element, number = rng.choice(sorted(ATOMIC_NUMBERS[level].items()))
+    return f"What is the atomic number of {element}?", number, "number"
+
+
 @template("knowledge", 1)
 def capital_famous(rng):
     return _capital(rng, 1)
@@ -70,8 +75,7 @@ def symbol_less_common(rng):
 
 @template("knowledge", 3)
 def atomic_number_light(rng):
-    element, number = rng.choice(sorted(ATOMIC_NUMBERS[3].items()))
-    return f"What is the atomic number of {element}?", number, "number"
+    return _atomic_number(rng, 3)
 
 
 @template("knowledge", 4)
@@ -86,5 +90,4 @@ def symbol_rare(rng):
 
 @template("knowledge", 4)
 def atomic_number_heavy(rng):
-    element, number = rng.choice(sorted(ATOMIC_NUMBERS[4].items()))
-    return f"What is the atomic number of {element}?", number, "number"
+    return _atomic_number(rng, 4)
