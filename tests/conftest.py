@@ -149,3 +149,15 @@ def database_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'aio.db'}"
     return request.getfixturevalue("postgres_database_factory")(request.node.originalname)
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path):
+    """A migrated SQLite request log in the test's folder."""
+    from aio.db.database import make_engine
+    from aio.db.migrate import upgrade
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'aio.db'}")
+    upgrade(engine)
+    yield engine
+    engine.dispose()

@@ -13,9 +13,7 @@ from fastapi.testclient import TestClient
 
 from aio.answer_cache import EXCLUDED_FIELDS, AnswerCache, CachedAnswer, MemoryStore, SqlStore, cache_key
 from aio.api.schemas import ChatCompletionRequest
-from aio.db.database import make_engine
 from aio.db.keys import ApiKeyInfo
-from aio.db.migrate import ensure_schema
 from aio.db.models import AnswerCacheEntry
 from aio.db.retention import prune_raw_rows
 from tests.inprocess import chat_app
@@ -201,11 +199,8 @@ def test_the_memory_store_is_bounded_lru():
 
 
 @pytest.fixture()
-def engine(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path / 'aio.db'}")
-    ensure_schema(engine)
-    yield engine
-    engine.dispose()
+def engine(sqlite_engine):
+    return sqlite_engine
 
 
 def test_the_sql_store_is_shared_by_replicas_and_keeps_no_prompt_when_prompts_are_not_logged(engine):

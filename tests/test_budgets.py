@@ -21,7 +21,7 @@ from aio.db.budgets import Budget, budget_states, next_reset, period_start
 from aio.db.database import make_engine
 from aio.db.keys import KeyStore
 from aio.db.log_writer import LogWriter
-from aio.db.migrate import ensure_schema, upgrade
+from aio.db.migrate import upgrade
 from aio.db.models import BudgetHold
 from aio.db.records import RequestRecord
 from aio.db.request_rows import RequestRows
@@ -72,11 +72,8 @@ class Clock:
 
 
 @pytest.fixture()
-def engine(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path / 'aio.db'}")
-    ensure_schema(engine)
-    yield engine
-    engine.dispose()
+def engine(sqlite_engine):
+    return sqlite_engine
 
 
 def spend(engine, key_id: int, cost: float, when: datetime) -> str:

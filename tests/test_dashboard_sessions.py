@@ -24,11 +24,8 @@ ADMIN_KEY = "sessions-test-admin-key-0123456789abcdefghijklmnop"
 
 
 @pytest.fixture
-def engine(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path / 'aio.db'}")
-    migrate.upgrade(engine)
-    yield engine
-    engine.dispose()
+def engine(sqlite_engine):
+    return sqlite_engine
 
 
 def test_a_session_stores_only_a_hash_and_expires_server_side(engine):

@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 
 from aio.commands.retrain import summary_table
-from aio.db.database import make_engine
-from aio.db.migrate import upgrade
 from aio.routing import registry
 from aio.routing.embedding_cache import EmbeddingCache, text_key
 from aio.routing.retrain import retrain, seed_examples
@@ -54,11 +52,8 @@ class RecordingProgress:
 
 
 @pytest.fixture()
-def engine(tmp_path):
-    db = make_engine(f"sqlite:///{tmp_path / 'aio.db'}")
-    upgrade(db)
-    yield db
-    db.dispose()
+def engine(sqlite_engine):
+    return sqlite_engine
 
 
 def test_the_cache_encodes_each_text_once_and_survives_a_restart(tmp_path):

@@ -54,17 +54,6 @@ CASES = {
 }
 
 
-@device_param
-@pytest.mark.parametrize("case", list(CASES))
-def test_matches_dequantized_reference(case, device):
-    m, n, k, group, config = CASES[case]
-    weight = random_int4(n, k, group, seed=len(case))
-    x = torch.randn(m, k, generator=torch.Generator().manual_seed(1))
-    y = w4a16_matmul(x.to(device), weight.to(device), config)
-    assert y.shape == (m, n) and y.dtype == torch.float32
-    assert_close(y, reference(x, weight), 1e-5)
-
-
 # Decode batches and small prefill chunks (5..256 rows) on the tl.dot GEMM: its own tile shapes, and the H100
 # table's picks at these shapes (block_n 128 over N = 200: a partial N tile; several M tiles for M = 64 at block_m 16)
 GEMM_CASES = {
@@ -76,12 +65,17 @@ GEMM_CASES = {
 }
 
 
+# (case, activation seed): the GEMM cases keep their own activations
+REFERENCE_CASES = ([(case, CASES[case], 1) for case in CASES]
+                   + [(case, GEMM_CASES[case], 11) for case in GEMM_CASES])
+
+
 @device_param
-@pytest.mark.parametrize("case", list(GEMM_CASES))
-def test_gemm_matches_dequantized_reference(case, device):
-    m, n, k, group, config = GEMM_CASES[case]
+@pytest.mark.parametrize("case,spec,x_seed", REFERENCE_CASES, ids=[case for case, _, _ in REFERENCE_CASES])
+def test_matches_dequantized_reference(case, spec, x_seed, device):
+    m, n, k, group, config = spec
     weight = random_int4(n, k, group, seed=len(case))
-    x = torch.randn(m, k, generator=torch.Generator().manual_seed(11))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(x_seed))
     y = w4a16_matmul(x.to(device), weight.to(device), config)
     assert y.shape == (m, n) and y.dtype == torch.float32
     assert_close(y, reference(x, weight), 1e-5)
