@@ -70,11 +70,10 @@ def build_seed_rows(data_folder=None) -> tuple[list[str], list[int], list[str]]:
     return texts, labels, sources
 
 
-def label_weight(kind: str, label: int, easy: float = CHAT_EASY_WEIGHT, hard: float = CHAT_HARD_WEIGHT,
-                 open_ended: float = OPEN_WEIGHT) -> float:
+def label_weight(kind: str, label: int, easy: float, hard: float, open_ended: float) -> float:
     """The training weight of one row by its kind: "chat" rows by their label (`easy` for small, `hard` above),
     "open" (open-ended) rows `open_ended`, any other row (the benchmarks' outcomes) 1. `aio retrain` and the
-    shipped default use the defaults; `classifier.outcome_weights` searches other weights with the same rule."""
+    shipped default pass the module's weights (`seed_weight`); `classifier.outcome_weights` searches others."""
     if kind == "chat":
         return easy if int(label) == 0 else hard
     return open_ended if kind == "open" else 1.0
@@ -83,7 +82,7 @@ def label_weight(kind: str, label: int, easy: float = CHAT_EASY_WEIGHT, hard: fl
 def seed_weight(source: str, label: int) -> float:
     """The training weight of one seed row (`label_weight`), its kind told by its source."""
     kind = "chat" if source.startswith(CHAT_SOURCE) else "open" if source.startswith(OPEN_SOURCE) else "outcome"
-    return label_weight(kind, label, CHAT_EASY_WEIGHT, CHAT_HARD_WEIGHT, OPEN_WEIGHT)  # the weights in force now
+    return label_weight(kind, label, CHAT_EASY_WEIGHT, CHAT_HARD_WEIGHT, OPEN_WEIGHT)
 
 
 def seed_weights(sources, labels) -> np.ndarray:
