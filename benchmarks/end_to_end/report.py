@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.end_to_end.curves import CurvePoint, cost_at, intervals
+from benchmarks.end_to_end.learned import TARGETS
 from benchmarks.end_to_end.policies import (QUALITY_GRID, TARGET, TIERS, Choice, TierAnswers, cascade, fixed,
                                             oracle, routed_tiers)
 from benchmarks.end_to_end.request_log import logged_requests, logged_verdicts
@@ -253,7 +254,7 @@ def plot(results: dict, path: Path) -> None:
     fitted = fitted_points(results)
     if fitted:
         ax.plot(*zip(*fitted), color="black", marker="o", markersize=4,
-                label="auto fitted to the tiers (targets 0.85 / 0.9 / 0.95 / 0.98)")
+                label=f"auto fitted to the tiers (targets {' / '.join(f'{t:g}' for t in TARGETS)})")
     target = TARGET * figs["always-large accuracy"]["value"]
     ax.axhline(target, color="grey", linestyle=":", label=f"{TARGET:.0%} of always-large")
     ax.set_xlabel("cost (share of always-large)")
@@ -271,9 +272,9 @@ def fitted_points(results: dict) -> list[tuple[float, float]]:
     learned = results.get("learned", {}).get("figures", {})
     large = results["figures"]["always-large accuracy"]["value"]
     points = []
-    for target in ("0.85", "0.9", "0.95", "0.98"):
-        accuracy, cost = learned.get(f"auto, quality target {target}: accuracy"), \
-            learned.get(f"auto, quality target {target}: cost")
+    for target in TARGETS:
+        accuracy = learned.get(f"auto, quality target {target:g}: accuracy")
+        cost = learned.get(f"auto, quality target {target:g}: cost")
         if accuracy and cost:
             points.append((cost[0], accuracy[0] * large))
     return sorted(points)
