@@ -53,16 +53,21 @@ def _gguf_dequantize(kind: str, blocks: np.ndarray, n: int, k: int) -> torch.Ten
     return torch.from_numpy(dequantize(blocks, GGMLQuantizationType[kind]).copy()).reshape(n, k)
 
 
-def emulate(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The kernel's arithmetic with exact sums: activations to int8 per block of 32 as the kernel does in float32
+def act_block(kind: str) -> int:
+    """The kernel's activation block: 256 for the K-quants (ggml's Q8_K), 32 for the 32-blocks (Q8_0)."""
+    return 256 if kind.endswith("_K") else 32
+
+
+def emulate(x: torch.Tensor, weight: torch.Tensor, block: int = 32) -> torch.Tensor:
+    """The kernel's arithmetic with exact sums: activations to int8 per `block` as the kernel does in float32
     (d = max|x| / 127, q = round half to even of x * (127 / max|x|)), then sum_b d_b * (q_b . w_b) in float64."""
     m, k = x.shape
-    xb = x.float().view(m, k // 32, 32)
+    xb = x.float().view(m, k // block, block)
     amax = xb.abs().amax(-1, keepdim=True)
     inv = torch.where(amax > 0, torch.tensor(127.0) / amax, torch.zeros(()))
     q = torch.round(xb * inv).clamp(-127, 127).double()
     d = (amax / 127).double()
-    wb = weight.double().view(weight.shape[0], k // 32, 32)
+    wb = weight.double().view(weight.shape[0], k // block, block)
     return torch.einsum("mbi,nbi,mb->mn", q, wb, d.squeeze(-1)).float()
 
 
@@ -95,15 +100,16 @@ def test_matmul_equals_its_exact_emulation_on_every_isa(library, kind, m, n, k):
     weight, blocks = _weight(kind, n, k, m * n + k)
     torch.manual_seed(m + n)
     x = torch.randn(m, k)
-    x[0, :32] = 0  # an all-zero activation block: d = 0
+    block = act_block(kind)
+    x[0, :block] = 0  # an all-zero activation block: d = 0
     got = gemm(library, x, weight)
-    want = emulate(x, _gguf_dequantize(kind, blocks, n, k))
+    want = emulate(x, _gguf_dequantize(kind, blocks, n, k), block)
     # float rounding only: each block's scale * d_act product and the float sums, ~1e-7 relative each
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
-    # and within the activations' rounding of the float matmul: int8 steps of max|x| / 127 per block of 32
+    # and within the activations' rounding of the float matmul: int8 steps of max|x| / 127 per block
     ref = (x.double() @ _gguf_dequantize(kind, blocks, n, k).double().t())
-    step = x.abs().view(m, k // 32, 32).amax(-1) / 127  # |error per element| <= step / 2
-    bound = 0.5 * (step.double().repeat_interleave(32, 1) @ _gguf_dequantize(kind, blocks, n, k).double().abs().t())
+    step = x.abs().view(m, k // block, block).amax(-1) / 127  # |error per element| <= step / 2
+    bound = 0.5 * (step.double().repeat_interleave(block, 1) @ _gguf_dequantize(kind, blocks, n, k).double().abs().t())
     assert ((got.double() - ref).abs() <= bound + 1e-6).all()
 
 
@@ -148,7 +154,7 @@ def test_a_fused_weight_keeps_each_parts_type():
     assert torch.equal(fused.dequantize(), torch.cat([w.dequantize() for w in (q, k, v)]))
     mixed = KQuantWeight.cat([_weight("Q4_K", 5, 512, 4)[0], _weight("Q6_K", 7, 512, 5)[0]])
     torch.testing.assert_close(gemm(library, x.repeat(1, 2), mixed),
-                               emulate(x.repeat(1, 2), mixed.dequantize()), rtol=1e-5, atol=1e-5)
+                               emulate(x.repeat(1, 2), mixed.dequantize(), 256), rtol=1e-5, atol=1e-5)
 
 
 def test_bad_shapes_are_refused():

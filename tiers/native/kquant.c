@@ -8,12 +8,13 @@
  *   Q5_1 24: fp16 d, fp16 m, qh, qs (d * q + m); Q4_0 18: d, qs[16] (d * (q - 8)); Q4_1 20: d, m, qs (d * q + m)
  * A weight row is its blocks back to back, as in the file.
  *
- * Activations are quantized per row to int8 blocks of 32 (Q8_0: d = max|x| / 127, round half to even), finer than
- * ggml's Q8_K (one scale per 256) and one format for every weight type. Per block of 32, the integer dot of the
- * weight's codes (unsigned 0..63, or signed for Q6_K / Q8_0) with the activation's goes into 8 int32 lanes, lane
- * k holding elements 4k .. 4k + 3 (vpdpbusd's lanes, and pmaddubsw + pmaddwd's), and is added to 8 float lanes:
- * acc[k] = fma(float(isum[k]), scale_k * d_act, acc[k]) (Q6_K: lanes 0-3 and 4-7 have their own sub-block scale).
- * A min (Q4_K, Q5_K, Q4_0, Q4_1, Q5_0, Q5_1) adds min * d_act * sum(q_act) to one float, in block order. The
+ * Activations are quantized per row to int8 (d = max|x| / 127, round half to even): per block of 256 for the
+ * K-quants (ggml's Q8_K, with the sums of each 16), per block of 32 for the 32-blocks (Q8_0). K-quants: per
+ * group of 256 the dot product of the unsigned codes with the activations, times the integer sub-block scales,
+ * is summed exactly in 8 int32 lanes (pmaddubsw, then pmaddwd / vpdpwssd by the scales), then converted once:
+ * acc[k] = fma(float(isum[k]), d_w * d_act, acc[k]) (kk_rows_c has the whole arithmetic). 32-blocks: per block
+ * the integer dot goes into 8 int32 lanes, lane k holding elements 4k .. 4k + 3, added to 8 float lanes:
+ * acc[k] = fma(float(isum[k]), scale * d_act, acc[k]); a min adds min * d_act * sum(q_act) to one float. The
  * integer sums are exact and the float steps are the same operations in the same order on every path, so AVX-512
  * VNNI, AVX2 and plain C give the same bits, and a row's result does not depend on the batch it came in.
  */
@@ -244,22 +245,99 @@ typedef struct {
     float *dsum; /* [M, K / 32] d * sum(q) */
 } act_t;
 
-static void quantize_act(const float *x, int64_t K, int8_t *q, float *d, float *dsum) {
-    for (int64_t b = 0; b < K / QK; b++) {
-        const float *xb = x + b * QK;
-        float amax = 0.0f;
-        for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+/* x[0 .. n) (n a multiple of 32) times inv, rounded half to even, clamped to +-127, into q; returns the sum of
+ * each 16 in sums[0 .. n / 16). The same values as nearbyintf(x[i] * inv), 32 at a time where AVX2 is. */
+static inline void round_q8(const float *x, int n, float inv, int8_t *q, int *sums) {
+#if defined(KQ_SIMD)
+    const __m256 vi = _mm256_set1_ps(inv);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    for (int i = 0; i < n; i += 32) {
+        __m256i v[4];
+        for (int k = 0; k < 4; k++) {
+            const __m256 f = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), vi),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(f), lo), hi);
+        }
+        const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        _mm256_storeu_si256((__m256i *)(q + i),
+                            _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        for (int h = 0; h < 2; h++) {
+            const __m256i s = _mm256_add_epi32(v[2 * h], v[2 * h + 1]);
+            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+            sums[i / 16 + h] = _mm_cvtsi128_si32(t);
+        }
+    }
+#else
+    for (int s = 0; s < n / 16; s++) {
         int sum = 0;
-        for (int i = 0; i < QK; i++) {
-            int v = (int)nearbyintf(xb[i] * inv);
+        for (int i = 16 * s; i < 16 * s + 16; i++) {
+            int v = (int)nearbyintf(x[i] * inv);
             v = v > 127 ? 127 : (v < -127 ? -127 : v);
-            q[b * QK + i] = (int8_t)v;
+            q[i] = (int8_t)v;
             sum += v;
         }
-        d[b] = amax / 127.0f;
-        dsum[b] = d[b] * (float)sum;
+        sums[s] = sum;
     }
+#endif
+}
+
+static inline float abs_max(const float *x, int n) {
+#if defined(KQ_SIMD)
+    __m256 m = _mm256_setzero_ps();
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+#else
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    return amax;
+#endif
+}
+
+static void quantize_act(const float *x, int64_t K, int8_t *q, float *d, float *dsum) {
+    for (int64_t b = 0; b < K / QK; b++) {
+        const float amax = abs_max(x + b * QK, QK);
+        int sums[2];
+        round_q8(x + b * QK, QK, amax > 0.0f ? 127.0f / amax : 0.0f, q + b * QK, sums);
+        d[b] = amax / 127.0f;
+        dsum[b] = d[b] * (float)(sums[0] + sums[1]);
+    }
+}
+
+/* The K-quants' activations, ggml's Q8_K: int8 per block of 256 (d = max|x| / 127, round half to even), the sums
+ * of each 16 (Q6_K's - 32) and d * the sum of each 32 (the mins) */
+typedef struct {
+    int8_t *q;     /* [M, K] natural order */
+    float *d;      /* [M, K / 256] */
+    float *dsum;   /* [M, K / 32] d * sum(q) */
+    int16_t *bsum; /* [M, K / 16] sum(q) */
+} actk_t;
+
+static void quantize_act_k(const float *x, int64_t K, int8_t *q, float *d, float *dsum, int16_t *bsum) {
+    for (int64_t g = 0; g < K / QK_K; g++) {
+        const float amax = abs_max(x + g * QK_K, QK_K);
+        int sums[16];
+        round_q8(x + g * QK_K, QK_K, amax > 0.0f ? 127.0f / amax : 0.0f, q + g * QK_K, sums);
+        d[g] = amax / 127.0f;
+        for (int s = 0; s < 16; s++) bsum[g * 16 + s] = (int16_t)sums[s];
+        for (int j = 0; j < 8; j++) dsum[g * 8 + j] = d[g] * (float)(sums[2 * j] + sums[2 * j + 1]);
+    }
+}
+
+/* both formats; a part's type reads the one it needs */
+typedef struct {
+    act_t b32;
+    actk_t k;
+} acts_t;
+
+/* ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)): facc_sum's order */
+static inline float sum8(const float *v) {
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
 /* ---------------------------------------------------------------- lanes */
@@ -285,24 +363,12 @@ static inline facc lanes_fma(__m256i codes, int sgn, const int8_t *a, float s_lo
 
 static inline facc facc_add(facc a, facc b) { return _mm256_add_ps(a, b); }
 
-/* lane j += mn[j] * dsum[j] */
-static inline facc mins_fma(const float *mn, const float *dsum, facc acc) {
-    return _mm256_fmadd_ps(_mm256_loadu_ps(mn), _mm256_loadu_ps(dsum), acc);
-}
-
 /* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) */
 static inline float facc_sum(facc v) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     return _mm_cvtss_f32(h);
-}
-
-/* lanes_fma with the scale vector already built */
-static inline facc lanes_fma_v(__m256i codes, int sgn, const int8_t *a, __m256 sv, facc acc) {
-    __m256i av = _mm256_loadu_si256((const __m256i *)a);
-    __m256i isum = sgn ? dot_u(_mm256_sign_epi8(codes, codes), _mm256_sign_epi8(av, codes)) : dot_u(codes, av);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sv, acc);
 }
 
 /* Q4_K / Q5_K: the 8 6-bit scales (bytes 0-7) and mins (8-15) of a group, unpacked in registers (ggml's utmp
@@ -319,36 +385,6 @@ static inline __m128i k4_scale_bytes(const uint8_t *g) {
     return _mm_or_si128(lo, _mm_slli_epi32(top, 4));
 }
 
-/* group_scales for Q4_K / Q5_K, the 8 scales and mins unpacked at once: the same floats */
-static inline void k4_scales(const uint8_t *g, float *lo, float *hi, float *mn) {
-    const __m128i b = k4_scale_bytes(g);
-    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
-    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
-    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(fp16(g)), sc);
-    _mm256_storeu_ps(lo, d);
-    _mm256_storeu_ps(hi, d);
-    _mm256_storeu_ps(mn, _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(fp16(g + 2)), m), _mm256_set1_ps(-0.0f)));
-}
-
-/* group_scales for Q6_K: its 16 int8 scales at once */
-static inline void k6_scales(const uint8_t *g, float *lo, float *hi, float *mn) {
-    const __m128i sc = _mm_loadu_si128((const __m128i *)(g + 192));
-    const __m256 d = _mm256_set1_ps(fp16(g + 208));
-    /* even bytes (lanes 0-3 of each sub-block) and odd bytes (lanes 4-7) */
-    const __m128i even = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1));
-    const __m128i odd = _mm_shuffle_epi8(sc, _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1));
-    _mm256_storeu_ps(lo, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(even))));
-    _mm256_storeu_ps(hi, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(odd))));
-    _mm256_storeu_ps(mn, _mm256_setzero_ps());
-}
-
-/* s_lo[j] = lo[j] * da[j], s_hi[j] = hi[j] * da[j] for the 8 sub-blocks of a group */
-static inline void row_scales(const float *lo, const float *hi, const float *da, float *s_lo, float *s_hi) {
-    const __m256 d = _mm256_loadu_ps(da);
-    _mm256_storeu_ps(s_lo, _mm256_mul_ps(_mm256_loadu_ps(lo), d));
-    _mm256_storeu_ps(s_hi, _mm256_mul_ps(_mm256_loadu_ps(hi), d));
-}
-
 /* the weights stream from memory once per step: ask for a group's bytes KQ_PREFETCH ahead early */
 static inline __attribute__((always_inline)) void group_prefetch(const uint8_t *g) {
 #if KQ_PREFETCH > 0
@@ -358,22 +394,6 @@ static inline __attribute__((always_inline)) void group_prefetch(const uint8_t *
 #else
     (void)g;
 #endif
-}
-
-/* group_scales of a K-quant group, the same floats as the plain C path, computed 8 at a time */
-static inline __attribute__((always_inline)) void k_scales(const int type, const uint8_t *g, float *lo, float *hi,
-                                                            float *mn) {
-    if (type == T_Q6_K)
-        k6_scales(g, lo, hi, mn);
-    else
-        k4_scales(g, lo, hi, mn);
-}
-
-/* sub-block j's scale vector: lanes 0-3 s_lo[j], 4-7 s_hi[j] (the same value but for Q6_K) */
-static inline __attribute__((always_inline)) __m256 scale_vec(const int type, const float *s_lo, const float *s_hi,
-                                                               int j) {
-    return type == T_Q6_K ? _mm256_set_m128(_mm_broadcast_ss(&s_hi[j]), _mm_broadcast_ss(&s_lo[j]))
-                          : _mm256_broadcast_ss(&s_lo[j]);
 }
 
 /* the 32 bits of a uint32 as 32 bytes 0x10 (bit set) or 0 */
@@ -408,7 +428,7 @@ static inline __attribute__((always_inline)) __m256i codes_v(const int type, con
         const __m256i lo = (q >= 2) ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 128 + 32 * h));
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * q), _mm256_set1_epi8(3));
-        return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)); /* unsigned: the K-quant kernel's - 32 is apart */
     }
     case T_Q8_0: return _mm256_loadu_si256((const __m256i *)(g + 2));
     case T_Q4_0:
@@ -455,11 +475,6 @@ static inline facc facc_add(facc a, facc b) {
     return a;
 }
 
-static inline facc mins_fma(const float *mn, const float *dsum, facc acc) {
-    for (int k = 0; k < 8; k++) acc.v[k] = fmaf(mn[k], dsum[k], acc.v[k]);
-    return acc;
-}
-
 static inline float facc_sum(facc a) {
     const float *v = a.v;
     return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
@@ -474,51 +489,13 @@ static inline codes_t codes_s(int type, const uint8_t *g, int j) {
 #define CODES_T codes_t
 #endif
 
-#if defined(KQ_SIMD)
-/* One activation row (a decode step) against two K-quant weight rows at once: two independent sets of
- * accumulators keep the FMA units busy where one row's chain would wait. Each row's arithmetic is rows_dot's,
- * in the same order, so the bits are the same. */
-static inline __attribute__((always_inline)) void kq_two_rows(const int TYPE, const act_t *a, int64_t m0, int64_t K,
-                                                              const uint8_t *w, int64_t n, float *out, int64_t ldo) {
-    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
-    const int sgn = is_signed(TYPE);
-    const int8_t *aq = a->q + m0 * K;
-    const float *ad = a->d + m0 * nb, *ads = a->dsum + m0 * nb;
-    facc acc[2][2], mv[2];
-    for (int i = 0; i < 2; i++) acc[i][0] = acc[i][1] = mv[i] = facc_zero();
-    for (int64_t gi = 0; gi < nb / 8; gi++) {
-        const uint8_t *g[2] = {w + n * rb + gi * gb, w + (n + 1) * rb + gi * gb};
-        float s_lo[2][8], s_hi[2][8], mn[2][8];
-        for (int i = 0; i < 2; i++) {
-            group_prefetch(g[i]);
-            float lo[8], hi[8];
-            k_scales(TYPE, g[i], lo, hi, mn[i]);
-            row_scales(lo, hi, ad + gi * 8, s_lo[i], s_hi[i]);
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            const int8_t *aj = aq + (gi * 8 + j) * QK;
-            for (int i = 0; i < 2; i++)
-                acc[i][j & 1] = lanes_fma_v(CODES(TYPE, g[i], j), sgn, aj, scale_vec(TYPE, s_lo[i], s_hi[i], j),
-                                            acc[i][j & 1]);
-        }
-        if (!sgn)
-            for (int i = 0; i < 2; i++) mv[i] = mins_fma(mn[i], ads + gi * 8, mv[i]);
-    }
-    for (int i = 0; i < 2; i++) /* + 0.0f: rows_dot's ms, which a K-quant leaves at 0 */
-        out[m0 * ldo + n + i] = (facc_sum(facc_add(acc[i][0], acc[i][1])) + facc_sum(mv[i])) + 0.0f;
-}
-#endif
-
 #if defined(KQ_VNNI)
 /* The 512-bit path for Q4_K and Q6_K (the blocks of Q4_K_M files' projections): sub-blocks 2c and 2c + 1 of a
- * group in one vector, lanes 0-7 the even sub-block's eight int32 lanes and float lanes (the 256-bit paths'
- * acc[0]), lanes 8-15 the odd one's (acc[1]). Every lane gets the same exact integer sum and the same float
- * operations in the same order as there, so the bits are the same; half the instructions per weight byte. */
+ * group in one vector (kk_rows_512). */
 #define KQ_W512 1
 #define K512_ROWS 8 /* activation rows per tile: a verification's k + 1 rows read each weight row once */
 
-/* the codes of sub-blocks 2c, 2c + 1 of group g, unsigned (Q6_K's 0..63: its - 32 goes into the sums' start) */
+/* the codes of sub-blocks 2c, 2c + 1 of group g, unsigned (Q6_K's 0..63: its - 32 is apart) */
 #if defined(__GFNI__)
 /* GF(2) affine byte maps (gf2p8affineqb: output bit i = parity(byte 7 - i of the matrix & input byte)), one matrix
  * per 64-bit lane: bit moves within each byte in one instruction, the lanes 0-3 and 4-7 halves moved differently */
@@ -560,216 +537,279 @@ static inline __attribute__((always_inline)) __m512i k512_codes(const int TYPE, 
 #endif
     return _mm512_ternarylogic_epi64(ql, m4, top, 0xEA); /* (ql & m4) | top */
 }
-
-/* k4_scales / k6_scales in registers. Q6_K: lo = d * sc[2j], hi = d * sc[2j + 1]. Q4_K: the 8 scales and 8 mins
- * converted in one vector and multiplied by [d x 8, -dmin x 8] (-dmin from the fp16 sign bit: -(dmin * m) is
- * (-dmin) * m exactly): lanes 0-7 d * sc, lanes 8-15 -(dmin * m), the same floats as k4_scales. */
-static inline __attribute__((always_inline)) __m512 k512_scales(const int TYPE, const uint8_t *g, __m256 *hi) {
-    if (TYPE == T_Q6_K) {
-        const __m128i sc = _mm_loadu_si128((const __m128i *)(g + 192));
-        const __m256 d = _mm256_set1_ps(fp16(g + 208));
-        const __m128i even = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1,
-                                                                -1, -1));
-        const __m128i oddb = _mm_shuffle_epi8(sc, _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1,
-                                                                -1, -1));
-        *hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(oddb)));
-        return _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(even))));
-    }
-    uint32_t dm;
-    memcpy(&dm, g, 4);
-    const __m128 d_negmin = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(dm ^ 0x80000000u)));
-    const __m512 mult = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                              _mm512_castps128_ps512(d_negmin));
-    *hi = _mm256_setzero_ps();
-    return _mm512_mul_ps(mult, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scale_bytes(g))));
-}
-
-/* the scale vector of pair c from a row's 8 (Q4_K: s[j]) or 16 (Q6_K: s_lo[j], then s_hi[j]) scales */
-static inline __attribute__((always_inline)) __m512 k512_scale_pair(const int TYPE, __m512 s, int c) {
-    const int e = 2 * c, o = 2 * c + 1;
-    const __m512i idx = TYPE == T_Q6_K
-        ? _mm512_setr_epi32(e, e, e, e, 8 + e, 8 + e, 8 + e, 8 + e, o, o, o, o, 8 + o, 8 + o, 8 + o, 8 + o)
-        : _mm512_setr_epi32(e, e, e, e, e, e, e, e, o, o, o, o, o, o, o, o);
-    return _mm512_permutexvar_ps(idx, s);
-}
-
-/* out[m0 + r, n + i] for R activation rows and NW (1 or 2) weight rows: rows_dot's arithmetic, 64 codes a step */
-static inline __attribute__((always_inline)) void k512_rows(const int TYPE, const act_t *a, int64_t m0, const int R,
-        int64_t K, const uint8_t *w, int64_t n, const int NW, float *out, int64_t ldo) {
-    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
-    __m512 acc[2][K512_ROWS];
-    __m256 mv[2][K512_ROWS];
-    for (int i = 0; i < NW; i++)
-        for (int r = 0; r < R; r++) {
-            acc[i][r] = _mm512_setzero_ps();
-            mv[i][r] = _mm256_setzero_ps();
-        }
-    for (int64_t gi = 0; gi < nb / 8; gi++) {
-        const uint8_t *g[2];
-        __m256 lo[2], hi[2], mn[2];
-        for (int i = 0; i < NW; i++) {
-            g[i] = w + (n + i) * rb + gi * gb;
-            group_prefetch(g[i]);
-            const __m512 both = k512_scales(TYPE, g[i], &hi[i]);
-            lo[i] = _mm512_castps512_ps256(both);
-            mn[i] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1));
-        }
-        __m512 s[2][K512_ROWS];
-        for (int r = 0; r < R; r++) {
-            const __m256 da = _mm256_loadu_ps(a->d + (m0 + r) * nb + gi * 8);
-            for (int i = 0; i < NW; i++) {
-                const __m512 s_lo = _mm512_castps256_ps512(_mm256_mul_ps(lo[i], da));
-                s[i][r] = TYPE == T_Q6_K
-                    ? _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(s_lo),
-                                                          _mm256_castps_pd(_mm256_mul_ps(hi[i], da)), 1))
-                    : s_lo;
-            }
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m512i codes[2];
-            for (int i = 0; i < NW; i++) codes[i] = k512_codes(TYPE, g[i], c);
-            for (int r = 0; r < R; r++) {
-                const __m512i av = _mm512_loadu_si512((const void *)(a->q + (m0 + r) * K + (gi * 8 + 2 * c) * QK));
-                /* Q6_K: sum (q - 32) a = sum q a - 32 sum a, lane by lane, exact */
-                const __m512i start = TYPE == T_Q6_K
-                    ? _mm512_sub_epi32(_mm512_setzero_si512(),
-                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), av))
-                    : _mm512_setzero_si512();
-                for (int i = 0; i < NW; i++) {
-                    const __m512i isum = _mm512_dpbusd_epi32(start, codes[i], av);
-                    acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), k512_scale_pair(TYPE, s[i][r], c),
-                                                acc[i][r]);
-                }
-            }
-        }
-        if (TYPE != T_Q6_K)
-            for (int r = 0; r < R; r++) {
-                const __m256 ds = _mm256_loadu_ps(a->dsum + (m0 + r) * nb + gi * 8);
-                for (int i = 0; i < NW; i++) mv[i][r] = _mm256_fmadd_ps(mn[i], ds, mv[i][r]);
-            }
-    }
-    for (int i = 0; i < NW; i++)
-        for (int r = 0; r < R; r++) {
-            const __m256 even = _mm512_castps512_ps256(acc[i][r]);
-            const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][r]), 1));
-            out[(m0 + r) * ldo + n + i] = (facc_sum(_mm256_add_ps(even, odd)) + facc_sum(mv[i][r])) + 0.0f;
-        }
-}
-
-/* weight rows n0 .. n0 + NT - 1 for R activation rows: two weight rows at a time while few activation rows */
-static inline __attribute__((always_inline)) void k512_tile(const int TYPE, const act_t *a, int64_t m0, const int R,
-        int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
-    int64_t t = 0;
-    if (R <= 2)
-        for (; t + 1 < NT; t += 2) k512_rows(TYPE, a, m0, R, K, w, n0 + t, 2, out, ldo);
-    for (; t < NT; t++) k512_rows(TYPE, a, m0, R, K, w, n0 + t, 1, out, ldo);
-}
 #endif
 
-/* out[m, n0 + t] for R activation rows from m0 and weight rows n0 .. n0 + NT - 1; TYPE and R constant per call.
- * Two accumulators per row (even and odd blocks of 32) so that consecutive FMAs do not wait on each other; the
- * K-quants' mins go into 8 lanes (one per sub-block), Q4_1 / Q5_1's into one float. */
+/* out[m, n0 + t] for R activation rows from m0 and weight rows n0 .. n0 + NT - 1 of a 32-block type; TYPE and R
+ * constant per call. Two accumulators per row (even and odd blocks) so that consecutive FMAs do not wait on each
+ * other; Q4_1 / Q5_1's mins go into one float. */
 static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const act_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
-#if defined(KQ_SIMD)
-    if (R == 1 && (TYPE == T_Q4_K || TYPE == T_Q5_K || TYPE == T_Q6_K)) {
-        int64_t t = 0;
-        for (; t + 1 < NT; t += 2) kq_two_rows(TYPE, a, m0, K, w, n0 + t, out, ldo);
-        n0 += t;
-        NT -= t; /* 0 or 1 row left for the loop below */
-    }
-#endif
     const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
-    const int sgn = is_signed(TYPE), kq = TYPE >= T_Q4_K;
+    const int sgn = is_signed(TYPE);
     for (int64_t t = 0; t < NT; t++) {
         const uint8_t *row = w + (n0 + t) * rb;
-        facc acc[2][KQ_ROWS], mv[KQ_ROWS];
+        facc acc[2][KQ_ROWS];
         float ms[KQ_ROWS];
         for (int r = 0; r < R; r++) {
-            acc[0][r] = acc[1][r] = mv[r] = facc_zero();
+            acc[0][r] = acc[1][r] = facc_zero();
             ms[r] = 0.0f;
         }
-        if (kq) {
-            for (int64_t gi = 0; gi < nb / 8; gi++) {
-                const uint8_t *g = row + gi * gb;
-                float lo[8], hi[8], mn[8];
+        for (int64_t b = 0; b < nb; b += 2) {
 #if defined(KQ_SIMD)
-                group_prefetch(g);
-                k_scales(TYPE, g, lo, hi, mn);
-                float s_lo[KQ_ROWS][8], s_hi[KQ_ROWS][8];
-                for (int r = 0; r < R; r++) row_scales(lo, hi, a->d + (m0 + r) * nb + gi * 8, s_lo[r], s_hi[r]);
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) {
-                    const CODES_T c = CODES(TYPE, g, j);
-                    const int64_t b = gi * 8 + j;
-                    for (int r = 0; r < R; r++)
-                        acc[j & 1][r] = lanes_fma_v(c, sgn, a->q + (m0 + r) * K + b * QK,
-                                                    scale_vec(TYPE, s_lo[r], s_hi[r], j), acc[j & 1][r]);
-                }
-#else
-                group_scales(TYPE, g, lo, hi, mn);
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) {
-                    const CODES_T c = CODES(TYPE, g, j);
-                    const int64_t b = gi * 8 + j;
-                    for (int r = 0; r < R; r++) {
-                        const float da = a->d[(m0 + r) * nb + b];
-                        acc[j & 1][r] = lanes_fma(c, sgn, a->q + (m0 + r) * K + b * QK, lo[j] * da, hi[j] * da,
-                                                  acc[j & 1][r]);
-                    }
-                }
-#endif
-                if (!sgn)
-                    for (int r = 0; r < R; r++) mv[r] = mins_fma(mn, a->dsum + (m0 + r) * nb + gi * 8, mv[r]);
-            }
-        } else {
-            for (int64_t b = 0; b < nb; b += 2) {
-#if defined(KQ_SIMD)
-                _mm_prefetch((const char *)(row + b * gb + KQ_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(row + b * gb + KQ_PREFETCH), _MM_HINT_T0);
 #endif
 #pragma GCC unroll 2
-                for (int j = 0; j < 2; j++) {
-                    if (b + j >= nb) break;
-                    const uint8_t *g = row + (b + j) * gb;
-                    float lo[1], hi[1], mn[1];
-                    group_scales(TYPE, g, lo, hi, mn);
-                    const CODES_T c = CODES(TYPE, g, 0);
-                    for (int r = 0; r < R; r++) {
-                        const float da = a->d[(m0 + r) * nb + b + j];
-                        acc[j][r] = lanes_fma(c, sgn, a->q + (m0 + r) * K + (b + j) * QK, lo[0] * da, hi[0] * da,
-                                              acc[j][r]);
-                        if (!sgn) ms[r] += mn[0] * a->dsum[(m0 + r) * nb + b + j];
-                    }
+            for (int j = 0; j < 2; j++) {
+                if (b + j >= nb) break;
+                const uint8_t *g = row + (b + j) * gb;
+                float lo[1], hi[1], mn[1];
+                group_scales(TYPE, g, lo, hi, mn);
+                const CODES_T c = CODES(TYPE, g, 0);
+                for (int r = 0; r < R; r++) {
+                    const float da = a->d[(m0 + r) * nb + b + j];
+                    acc[j][r] = lanes_fma(c, sgn, a->q + (m0 + r) * K + (b + j) * QK, lo[0] * da, hi[0] * da,
+                                          acc[j][r]);
+                    if (!sgn) ms[r] += mn[0] * a->dsum[(m0 + r) * nb + b + j];
                 }
             }
         }
         for (int r = 0; r < R; r++)
-            out[(m0 + r) * ldo + n0 + t] = (facc_sum(facc_add(acc[0][r], acc[1][r])) + facc_sum(mv[r])) + ms[r];
+            out[(m0 + r) * ldo + n0 + t] = (facc_sum(facc_add(acc[0][r], acc[1][r])) + 0.0f) + ms[r];
+    }
+}
+
+/* ---------------------------------------------------------------- K-quants: integer super-blocks
+ * Per group g of 256 and activation row, the dot product is one integer per lane k (0-7):
+ *   isum[k] = sum over sub-blocks j of scale(j, k) * sum_{i < 4} code_j[4k + i] * q[32j + 4k + i]
+ * codes unsigned (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), scale(j, k) the 6-bit sc_j (Q4_K, Q5_K) or Q6_K's int8
+ * sc[2j + (k >= 4)], exact in int32; then acc[k] = fma(float(isum[k]), d_w * d_act, acc[k]), and 8 more lanes
+ * mv[k]: Q4_K / Q5_K mv[k] = fma(-(dmin * m_k), dsum_k, mv[k]) (dsum_k = d_act * the sub-block's sum of q),
+ * Q6_K's - 32 mv[k] = fma(float(sc[2k] bsum[2k] + sc[2k + 1] bsum[2k + 1]), -32 d_w d_act, mv[k]) (bsum: sums of
+ * 16 q). The row's result is (sum(acc) + sum(mv)) + 0, each sum in facc_sum's order. */
+
+/* a group's weight side: the integer scales sc (Q4_K / Q5_K: 8 of 6 bits; Q6_K: 16 int8), d_w, and the Q4_K /
+ * Q5_K mins' floats mneg[k] = -(dmin * m_k) */
+static inline void kk_group_c(int type, const uint8_t *g, int *sc, float *mneg, float *dw) {
+    if (type == T_Q6_K) {
+        for (int j = 0; j < 16; j++) sc[j] = ((const int8_t *)(g + 192))[j];
+        for (int k = 0; k < 8; k++) mneg[k] = 0.0f;
+        *dw = fp16(g + 208);
+        return;
+    }
+    const float dmin = fp16(g + 2);
+    for (int k = 0; k < 8; k++) {
+        int m;
+        scale_min_k4(k, g + 4, &sc[k], &m);
+        mneg[k] = -(dmin * (float)m);
+    }
+    *dw = fp16(g);
+}
+
+/* the scalar reference of the arithmetic above (the build without AVX2) */
+static inline __attribute__((always_inline)) void kk_rows_c(const int TYPE, const actk_t *a, int64_t m0,
+        const int R, int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
+    for (int r = 0; r < R; r++) {
+        const int64_t m = m0 + r;
+        float acc[8] = {0}, mv[8] = {0};
+        for (int64_t gi = 0; gi < ng; gi++) {
+            const uint8_t *g = w + n * rb + gi * gb;
+            int sc[16];
+            float mneg[8], dw;
+            kk_group_c(TYPE, g, sc, mneg, &dw);
+            int32_t isum[8] = {0};
+            for (int j = 0; j < 8; j++) {
+                uint8_t c[32];
+                codes_c(TYPE, g, j, c);
+                const int8_t *q = a->q + m * K + gi * QK_K + j * QK;
+                for (int k = 0; k < 8; k++) {
+                    int32_t dot = 0;
+                    for (int i = 4 * k; i < 4 * k + 4; i++)
+                        dot += (TYPE == T_Q6_K ? (int32_t)(int8_t)c[i] + 32 : (int32_t)c[i]) * q[i];
+                    isum[k] += (TYPE == T_Q6_K ? sc[2 * j + (k >= 4)] : sc[j]) * dot;
+                }
+            }
+            const float dd = dw * a->d[m * ng + gi];
+            for (int k = 0; k < 8; k++) acc[k] = fmaf((float)isum[k], dd, acc[k]);
+            if (TYPE == T_Q6_K) {
+                const int16_t *bs = a->bsum + (m * ng + gi) * 16;
+                for (int k = 0; k < 8; k++)
+                    mv[k] = fmaf((float)(sc[2 * k] * bs[2 * k] + sc[2 * k + 1] * bs[2 * k + 1]), dd * -32.0f, mv[k]);
+            } else {
+                for (int k = 0; k < 8; k++) mv[k] = fmaf(mneg[k], a->dsum[(m * ng + gi) * 8 + k], mv[k]);
+            }
+        }
+        out[m * ldo + n] = (sum8(acc) + sum8(mv)) + 0.0f;
+    }
+}
+
+#if defined(KQ_SIMD)
+/* the group's float steps for R rows, given their integer sums (every SIMD path) */
+static inline __attribute__((always_inline)) void kk_group_floats(const int TYPE, const actk_t *a, int64_t m0,
+        const int R, int64_t gi, int64_t ng, const __m256i *isum, __m128i s6, __m256 mneg, float dw, __m256 *acc,
+        __m256 *mv) {
+    for (int r = 0; r < R; r++) {
+        const int64_t ag = (m0 + r) * ng + gi;
+        const float dd = dw * a->d[ag];
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(dd), acc[r]);
+        if (TYPE == T_Q6_K) {
+            const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(s6),
+                                                   _mm256_loadu_si256((const __m256i *)(a->bsum + ag * 16)));
+            mv[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_set1_ps(dd * -32.0f), mv[r]);
+        } else {
+            mv[r] = _mm256_fmadd_ps(mneg, _mm256_loadu_ps(a->dsum + ag * 8), mv[r]);
+        }
+    }
+}
+
+/* the Q4_K / Q5_K mins' floats, (-dmin) * m_k (= -(dmin * m_k)), from k4_scale_bytes' bytes 8-15 */
+static inline __m256 kk_mneg(const uint8_t *g, __m128i bytes) {
+    return _mm256_mul_ps(_mm256_set1_ps(-fp16(g + 2)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))));
+}
+
+/* one weight row n for R activation rows, a sub-block (32 codes) a step: pmaddubsw, then pmaddwd by the scale
+ * (vpdpwssd with VNNI) */
+static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, const actk_t *a, int64_t m0,
+        const int R, int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
+    __m256 acc[KQ_ROWS], mv[KQ_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = mv[r] = _mm256_setzero_ps();
+    for (int64_t gi = 0; gi < ng; gi++) {
+        const uint8_t *g = w + n * rb + gi * gb;
+        group_prefetch(g);
+        __m256i sc16[8];
+        __m128i s6 = _mm_setzero_si128();
+        __m256 mneg = _mm256_setzero_ps();
+        float dw;
+        if (TYPE == T_Q6_K) {
+            const int8_t *sc = (const int8_t *)(g + 192);
+            s6 = _mm_loadu_si128((const __m128i *)sc);
+            for (int j = 0; j < 8; j++) sc16[j] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
+            dw = fp16(g + 208);
+        } else {
+            const __m128i bytes = k4_scale_bytes(g);
+            uint8_t sb[16];
+            _mm_storeu_si128((__m128i *)sb, bytes);
+            for (int j = 0; j < 8; j++) sc16[j] = _mm256_set1_epi16(sb[j]);
+            mneg = kk_mneg(g, bytes);
+            dw = fp16(g);
+        }
+        __m256i isum[KQ_ROWS];
+        for (int r = 0; r < R; r++) isum[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m256i c = codes_v(TYPE, g, j);
+            for (int r = 0; r < R; r++) {
+                const __m256i p = _mm256_maddubs_epi16(
+                    c, _mm256_loadu_si256((const __m256i *)(a->q + (m0 + r) * K + gi * QK_K + j * QK)));
+#if defined(KQ_VNNI)
+                isum[r] = _mm256_dpwssd_epi32(isum[r], p, sc16[j]);
+#else
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, sc16[j]));
+#endif
+            }
+        }
+        kk_group_floats(TYPE, a, m0, R, gi, ng, isum, s6, mneg, dw, acc, mv);
+    }
+    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = (facc_sum(acc[r]) + facc_sum(mv[r])) + 0.0f;
+}
+#endif
+
+#if defined(KQ_W512)
+/* vpermw indices: chunk c's 32 int16 lanes (bytes 2l, 2l + 1 of its 64 codes) to their scale's index in the group's
+ * 16 int16 scales (Q4_K: sub-blocks 2c, 2c + 1; Q6_K: scales 4c .. 4c + 3, 16 codes each) */
+static const int16_t K512_SCALE_IDX[2][4][32] __attribute__((aligned(64))) = {
+#define I16(a, b) a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b
+#define I8(a, b, c, d) a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, c, c, c, c, c, c, c, c, d, d, d, d, d, d, d, d
+    {{I16(0, 1)}, {I16(2, 3)}, {I16(4, 5)}, {I16(6, 7)}},
+    {{I8(0, 1, 2, 3)}, {I8(4, 5, 6, 7)}, {I8(8, 9, 10, 11)}, {I8(12, 13, 14, 15)}},
+#undef I16
+#undef I8
+};
+
+/* kk_rows_v for Q4_K / Q6_K, 64 codes (two sub-blocks) a step: lanes 0-7 the even sub-block's, 8-15 the odd one's,
+ * added lane by lane (exact) before the floats */
+static inline __attribute__((always_inline)) void kk_rows_512(const int TYPE, const actk_t *a, int64_t m0,
+        const int R, int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
+    const int16_t(*idx)[32] = K512_SCALE_IDX[TYPE == T_Q6_K];
+    __m256 acc[K512_ROWS], mv[K512_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = mv[r] = _mm256_setzero_ps();
+    for (int64_t gi = 0; gi < ng; gi++) {
+        const uint8_t *g = w + n * rb + gi * gb;
+        group_prefetch(g);
+        __m128i s6 = _mm_setzero_si128();
+        __m256 mneg = _mm256_setzero_ps();
+        __m256i s16;
+        float dw;
+        if (TYPE == T_Q6_K) {
+            s6 = _mm_loadu_si128((const __m128i *)(g + 192));
+            s16 = _mm256_cvtepi8_epi16(s6);
+            dw = fp16(g + 208);
+        } else {
+            const __m128i bytes = k4_scale_bytes(g);
+            s16 = _mm256_cvtepu8_epi16(bytes); /* lanes 0-7 the scales (8-15 the mins, not indexed) */
+            mneg = kk_mneg(g, bytes);
+            dw = fp16(g);
+        }
+        const __m512i s512 = _mm512_castsi256_si512(s16);
+        __m512i isum[K512_ROWS];
+        for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m512i codes = k512_codes(TYPE, g, c);
+            const __m512i sc = _mm512_permutexvar_epi16(_mm512_load_si512((const void *)idx[c]), s512);
+            for (int r = 0; r < R; r++) {
+                const __m512i av = _mm512_loadu_si512((const void *)(a->q + (m0 + r) * K + gi * QK_K + 64 * c));
+                isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(codes, av), sc);
+            }
+        }
+        __m256i half[K512_ROWS];
+        for (int r = 0; r < R; r++)
+            half[r] = _mm256_add_epi32(_mm512_castsi512_si256(isum[r]), _mm512_extracti64x4_epi64(isum[r], 1));
+        kk_group_floats(TYPE, a, m0, R, gi, ng, half, s6, mneg, dw, acc, mv);
+    }
+    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = (facc_sum(acc[r]) + facc_sum(mv[r])) + 0.0f;
+}
+#endif
+
+/* weight rows n0 .. n0 + NT - 1 of a K-quant for R activation rows */
+static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const actk_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
+    for (int64_t t = 0; t < NT; t++) {
+#if defined(KQ_W512)
+        if (TYPE != T_Q5_K) {
+            kk_rows_512(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
+            continue;
+        }
+#endif
+#if defined(KQ_SIMD)
+        kk_rows_v(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
+#else
+        kk_rows_c(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
+#endif
     }
 }
 
 #define KQ_R(TYPE)                                                                                             \
     switch (R) {                                                                                               \
-    case 1: rows_dot(TYPE, a, m0, 1, K, w, n0, NT, out, ldo); break;                                           \
-    case 2: rows_dot(TYPE, a, m0, 2, K, w, n0, NT, out, ldo); break;                                           \
-    case 3: rows_dot(TYPE, a, m0, 3, K, w, n0, NT, out, ldo); break;                                           \
-    default: rows_dot(TYPE, a, m0, KQ_ROWS, K, w, n0, NT, out, ldo); break;                                    \
+    case 1: rows_dot(TYPE, &a->b32, m0, 1, K, w, n0, NT, out, ldo); break;                                     \
+    case 2: rows_dot(TYPE, &a->b32, m0, 2, K, w, n0, NT, out, ldo); break;                                     \
+    case 3: rows_dot(TYPE, &a->b32, m0, 3, K, w, n0, NT, out, ldo); break;                                     \
+    default: rows_dot(TYPE, &a->b32, m0, KQ_ROWS, K, w, n0, NT, out, ldo); break;                              \
     }
 
-#if defined(KQ_W512)
-#define K512_R(TYPE)                                                                                           \
+#define KK_R(TYPE, MAX)                                                                                        \
     switch (R) {                                                                                               \
-    case 1: k512_tile(TYPE, a, m0, 1, K, w, n0, NT, out, ldo); break;                                          \
-    case 2: k512_tile(TYPE, a, m0, 2, K, w, n0, NT, out, ldo); break;                                          \
-    case 3: k512_tile(TYPE, a, m0, 3, K, w, n0, NT, out, ldo); break;                                          \
-    case 4: k512_tile(TYPE, a, m0, 4, K, w, n0, NT, out, ldo); break;                                          \
-    case 5: k512_tile(TYPE, a, m0, 5, K, w, n0, NT, out, ldo); break;                                          \
-    case 6: k512_tile(TYPE, a, m0, 6, K, w, n0, NT, out, ldo); break;                                          \
-    case 7: k512_tile(TYPE, a, m0, 7, K, w, n0, NT, out, ldo); break;                                          \
-    default: k512_tile(TYPE, a, m0, K512_ROWS, K, w, n0, NT, out, ldo); break;                                 \
+    case 1: kk_tile(TYPE, &a->k, m0, 1, K, w, n0, NT, out, ldo); break;                                        \
+    case 2: kk_tile(TYPE, &a->k, m0, 2, K, w, n0, NT, out, ldo); break;                                        \
+    case 3: kk_tile(TYPE, &a->k, m0, 3, K, w, n0, NT, out, ldo); break;                                        \
+    case 4: kk_tile(TYPE, &a->k, m0, MAX < 4 ? MAX : 4, K, w, n0, NT, out, ldo); break;                        \
+    case 5: kk_tile(TYPE, &a->k, m0, MAX < 5 ? MAX : 5, K, w, n0, NT, out, ldo); break;                        \
+    case 6: kk_tile(TYPE, &a->k, m0, MAX < 6 ? MAX : 6, K, w, n0, NT, out, ldo); break;                        \
+    case 7: kk_tile(TYPE, &a->k, m0, MAX < 7 ? MAX : 7, K, w, n0, NT, out, ldo); break;                        \
+    default: kk_tile(TYPE, &a->k, m0, MAX, K, w, n0, NT, out, ldo); break;                                     \
     }
-#endif
 
 /* activation rows per tile for a block type: each tile reads the weight rows once */
 static int tile_rows(int type) {
@@ -780,23 +820,54 @@ static int tile_rows(int type) {
     return KQ_ROWS;
 }
 
-static void tile(int type, const act_t *a, int64_t m0, int R, int64_t K, const uint8_t *w, int64_t n0, int64_t NT,
+static void tile(int type, const acts_t *a, int64_t m0, int R, int64_t K, const uint8_t *w, int64_t n0, int64_t NT,
                  float *out, int64_t ldo) {
     switch (type) {
 #if defined(KQ_W512)
-    case T_Q4_K: K512_R(T_Q4_K) break;
-    case T_Q6_K: K512_R(T_Q6_K) break;
+    case T_Q4_K: KK_R(T_Q4_K, K512_ROWS) break;
+    case T_Q6_K: KK_R(T_Q6_K, K512_ROWS) break;
 #else
-    case T_Q4_K: KQ_R(T_Q4_K) break;
-    case T_Q6_K: KQ_R(T_Q6_K) break;
+    case T_Q4_K: KK_R(T_Q4_K, KQ_ROWS) break;
+    case T_Q6_K: KK_R(T_Q6_K, KQ_ROWS) break;
 #endif
-    case T_Q5_K: KQ_R(T_Q5_K) break;
+    case T_Q5_K: KK_R(T_Q5_K, KQ_ROWS) break;
     case T_Q8_0: KQ_R(T_Q8_0) break;
     case T_Q5_0: KQ_R(T_Q5_0) break;
     case T_Q5_1: KQ_R(T_Q5_1) break;
     case T_Q4_0: KQ_R(T_Q4_0) break;
     default: KQ_R(T_Q4_1) break;
     }
+}
+
+static void acts_free(acts_t *a) {
+    free(a->b32.q);
+    free(a->b32.d);
+    free(a->b32.dsum);
+    free(a->k.q);
+    free(a->k.d);
+    free(a->k.dsum);
+    free(a->k.bsum);
+}
+
+/* the formats the parts need, for M rows of K; 0, or -1 when memory ran out (nothing left allocated) */
+static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k) {
+    const int64_t nb = K / QK;
+    int ok = 1;
+    if (need_32) {
+        a->b32.q = (int8_t *)malloc((size_t)(M * K));
+        a->b32.d = (float *)malloc(sizeof(float) * (M * nb));
+        a->b32.dsum = (float *)malloc(sizeof(float) * (M * nb));
+        ok = a->b32.q && a->b32.d && a->b32.dsum;
+    }
+    if (need_k && ok) {
+        a->k.q = (int8_t *)malloc((size_t)(M * K));
+        a->k.d = (float *)malloc(sizeof(float) * (M * (K / QK_K)));
+        a->k.dsum = (float *)malloc(sizeof(float) * (M * nb));
+        a->k.bsum = (int16_t *)malloc(sizeof(int16_t) * (M * (K / 16)));
+        ok = a->k.q && a->k.d && a->k.dsum && a->k.bsum;
+    }
+    if (!ok) acts_free(a);
+    return ok ? 0 : -1;
 }
 
 #define KQ_MAX_PARTS 16
@@ -816,18 +887,21 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
         first_chunk[p + 1] = first_chunk[p] + (ns[p] + KQ_CHUNK - 1) / KQ_CHUNK;
     }
     const int64_t nb = K / QK, chunks = first_chunk[nparts], N = first_col[nparts - 1] + ns[nparts - 1];
-    act_t a;
-    a.q = (int8_t *)malloc((size_t)(M * K));
-    a.d = (float *)malloc(sizeof(float) * (M * nb));
-    a.dsum = (float *)malloc(sizeof(float) * (M * nb));
-    if (!a.q || !a.d || !a.dsum) {
-        free(a.q);
-        free(a.d);
-        free(a.dsum);
-        return -1;
+    int need_k = 0, need_32 = 0;
+    for (int p = 0; p < nparts; p++) {
+        if (types[p] >= T_Q4_K) need_k = 1;
+        else need_32 = 1;
     }
+    acts_t a;
+    memset(&a, 0, sizeof a);
+    if (acts_alloc(&a, M, K, need_32, need_k)) return -1;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
-    for (int64_t m = 0; m < M; m++) quantize_act(x + m * ldx, K, a.q + m * K, a.d + m * nb, a.dsum + m * nb);
+    for (int64_t m = 0; m < M; m++) {
+        if (need_32) quantize_act(x + m * ldx, K, a.b32.q + m * K, a.b32.d + m * nb, a.b32.dsum + m * nb);
+        if (need_k)
+            quantize_act_k(x + m * ldx, K, a.k.q + m * K, a.k.d + m * (K / QK_K), a.k.dsum + m * nb,
+                           a.k.bsum + m * (K / 16));
+    }
     /* each thread a contiguous run of chunks holding its share of the weight bytes (parts of different types
      * have different bytes per row: Q4_K_M's qkv, Q4_K next to a Q6_K v): chunk c goes to the thread whose
      * share its first byte falls in */
@@ -858,9 +932,7 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
             }
         }
     }
-    free(a.q);
-    free(a.d);
-    free(a.dsum);
+    acts_free(&a);
     return 0;
 }
 
