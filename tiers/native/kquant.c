@@ -335,11 +335,6 @@ typedef struct {
     actk_t k;
 } acts_t;
 
-/* ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)): facc_sum's order */
-static inline float sum8(const float *v) {
-    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-}
-
 /* ---------------------------------------------------------------- lanes */
 #if defined(KQ_SIMD)
 typedef __m256 facc;
@@ -587,6 +582,7 @@ static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const
  * Q6_K's - 32 mv[k] = fma(float(sc[2k] bsum[2k] + sc[2k + 1] bsum[2k + 1]), -32 d_w d_act, mv[k]) (bsum: sums of
  * 16 q). The row's result is (sum(acc) + sum(mv)) + 0, each sum in facc_sum's order. */
 
+#if !defined(KQ_SIMD)
 /* a group's weight side: the integer scales sc (Q4_K / Q5_K: 8 of 6 bits; Q6_K: 16 int8), d_w, and the Q4_K /
  * Q5_K mins' floats mneg[k] = -(dmin * m_k) */
 static inline void kk_group_c(int type, const uint8_t *g, int *sc, float *mneg, float *dw) {
@@ -611,7 +607,7 @@ static inline __attribute__((always_inline)) void kk_rows_c(const int TYPE, cons
     const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
     for (int r = 0; r < R; r++) {
         const int64_t m = m0 + r;
-        float acc[8] = {0}, mv[8] = {0};
+        facc acc = facc_zero(), mv = facc_zero();
         for (int64_t gi = 0; gi < ng; gi++) {
             const uint8_t *g = w + n * rb + gi * gb;
             int sc[16];
@@ -630,31 +626,30 @@ static inline __attribute__((always_inline)) void kk_rows_c(const int TYPE, cons
                 }
             }
             const float dd = dw * a->d[m * ng + gi];
-            for (int k = 0; k < 8; k++) acc[k] = fmaf((float)isum[k], dd, acc[k]);
+            for (int k = 0; k < 8; k++) acc.v[k] = fmaf((float)isum[k], dd, acc.v[k]);
             if (TYPE == T_Q6_K) {
                 const int16_t *bs = a->bsum + (m * ng + gi) * 16;
                 for (int k = 0; k < 8; k++)
-                    mv[k] = fmaf((float)(sc[2 * k] * bs[2 * k] + sc[2 * k + 1] * bs[2 * k + 1]), dd * -32.0f, mv[k]);
+                    mv.v[k] = fmaf((float)(sc[2 * k] * bs[2 * k] + sc[2 * k + 1] * bs[2 * k + 1]), dd * -32.0f,
+                                   mv.v[k]);
             } else {
-                for (int k = 0; k < 8; k++) mv[k] = fmaf(mneg[k], a->dsum[(m * ng + gi) * 8 + k], mv[k]);
+                for (int k = 0; k < 8; k++) mv.v[k] = fmaf(mneg[k], a->dsum[(m * ng + gi) * 8 + k], mv.v[k]);
             }
         }
-        out[m * ldo + n] = (sum8(acc) + sum8(mv)) + 0.0f;
+        out[m * ldo + n] = (facc_sum(acc) + facc_sum(mv)) + 0.0f;
     }
 }
-
-#if defined(KQ_SIMD)
-/* the group's float steps for R rows, given their integer sums (every SIMD path) */
+#else
+/* the group's float steps for R rows, given their integer sums (every SIMD path); s16: Q6_K's 16 scales */
 static inline __attribute__((always_inline)) void kk_group_floats(const int TYPE, const actk_t *a, int64_t m0,
-        const int R, int64_t gi, int64_t ng, const __m256i *isum, __m128i s6, __m256 mneg, float dw, __m256 *acc,
+        const int R, int64_t gi, int64_t ng, const __m256i *isum, __m256i s16, __m256 mneg, float dw, __m256 *acc,
         __m256 *mv) {
     for (int r = 0; r < R; r++) {
         const int64_t ag = (m0 + r) * ng + gi;
         const float dd = dw * a->d[ag];
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(dd), acc[r]);
         if (TYPE == T_Q6_K) {
-            const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(s6),
-                                                   _mm256_loadu_si256((const __m256i *)(a->bsum + ag * 16)));
+            const __m256i corr = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)(a->bsum + ag * 16)));
             mv[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_set1_ps(dd * -32.0f), mv[r]);
         } else {
             mv[r] = _mm256_fmadd_ps(mneg, _mm256_loadu_ps(a->dsum + ag * 8), mv[r]);
@@ -678,12 +673,12 @@ static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, cons
         const uint8_t *g = w + n * rb + gi * gb;
         group_prefetch(g);
         __m256i sc16[8];
-        __m128i s6 = _mm_setzero_si128();
+        __m256i s16 = _mm256_setzero_si256();
         __m256 mneg = _mm256_setzero_ps();
         float dw;
         if (TYPE == T_Q6_K) {
             const int8_t *sc = (const int8_t *)(g + 192);
-            s6 = _mm_loadu_si128((const __m128i *)sc);
+            s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
             for (int j = 0; j < 8; j++) sc16[j] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
             dw = fp16(g + 208);
         } else {
@@ -709,7 +704,7 @@ static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, cons
 #endif
             }
         }
-        kk_group_floats(TYPE, a, m0, R, gi, ng, isum, s6, mneg, dw, acc, mv);
+        kk_group_floats(TYPE, a, m0, R, gi, ng, isum, s16, mneg, dw, acc, mv);
     }
     for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = (facc_sum(acc[r]) + facc_sum(mv[r])) + 0.0f;
 }
@@ -738,13 +733,11 @@ static inline __attribute__((always_inline)) void kk_rows_512(const int TYPE, co
     for (int64_t gi = 0; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * gb;
         group_prefetch(g);
-        __m128i s6 = _mm_setzero_si128();
         __m256 mneg = _mm256_setzero_ps();
         __m256i s16;
         float dw;
         if (TYPE == T_Q6_K) {
-            s6 = _mm_loadu_si128((const __m128i *)(g + 192));
-            s16 = _mm256_cvtepi8_epi16(s6);
+            s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(g + 192)));
             dw = fp16(g + 208);
         } else {
             const __m128i bytes = k4_scale_bytes(g);
@@ -767,7 +760,7 @@ static inline __attribute__((always_inline)) void kk_rows_512(const int TYPE, co
         __m256i half[K512_ROWS];
         for (int r = 0; r < R; r++)
             half[r] = _mm256_add_epi32(_mm512_castsi512_si256(isum[r]), _mm512_extracti64x4_epi64(isum[r], 1));
-        kk_group_floats(TYPE, a, m0, R, gi, ng, half, s6, mneg, dw, acc, mv);
+        kk_group_floats(TYPE, a, m0, R, gi, ng, half, s16, mneg, dw, acc, mv);
     }
     for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = (facc_sum(acc[r]) + facc_sum(mv[r])) + 0.0f;
 }
@@ -799,6 +792,7 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
     default: rows_dot(TYPE, &a->b32, m0, KQ_ROWS, K, w, n0, NT, out, ldo); break;                              \
     }
 
+/* R never exceeds MAX (tile_rows); the clamps keep the cases above it, never taken, within the arrays */
 #define KK_R(TYPE, MAX)                                                                                        \
     switch (R) {                                                                                               \
     case 1: kk_tile(TYPE, &a->k, m0, 1, K, w, n0, NT, out, ldo); break;                                        \
