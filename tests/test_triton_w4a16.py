@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from conftest import TRITON_DEVICES
-from tiers.quantization import Int4Weight, QuantizationError, QuantizedLinear, pack_nibbles, quantize_int4
+from tests.int4_helpers import random_int4
+from tiers.quantization import Int4Weight, QuantizationError, QuantizedLinear, quantize_int4
 from tiers.quantization import methods as methods_module
 from tiers.quantization.int8 import quantize_int8
 
@@ -23,15 +24,6 @@ from tiers.quantization.triton_w4a16_gemv import (GEMV_MAX_M, GEMV_PICK_MAX_M, G
 
 # The fp32 tests run on every device: in the interpreter on CPU, as real kernels on CUDA.
 device_param = pytest.mark.parametrize("device", TRITON_DEVICES)
-
-
-def random_int4(n: int, k: int, group: int, seed: int = 0) -> Int4Weight:
-    """Uniform codes (every nibble value, both halves of a byte), positive scales, mins of either sign."""
-    g = torch.Generator().manual_seed(seed)
-    codes = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
-    scales = torch.rand(n, k // group, generator=g) * 0.1 + 0.01
-    mins = torch.randn(n, k // group, generator=g) * 0.5
-    return Int4Weight(pack_nibbles(codes), scales, mins, group)
 
 
 def reference(x: torch.Tensor, weight: Int4Weight) -> torch.Tensor:

@@ -7,17 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tiers.quantization import Int4Weight, pack_nibbles
+from tests.int4_helpers import random_int4
 from tiers.quantization import w4a16_dense
 from tiers.quantization.w4a16_dense import dense_matmul, dequantize_into, release, reserve, scratch
-
-
-def random_int4(n: int, k: int, group: int, seed: int = 0) -> Int4Weight:
-    g = torch.Generator().manual_seed(seed)
-    codes = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
-    scales = torch.rand(n, k // group, generator=g) * 0.1 + 0.01
-    mins = torch.randn(n, k // group, generator=g) * 0.5
-    return Int4Weight(pack_nibbles(codes), scales, mins, group)
 
 
 @pytest.fixture(autouse=True)
