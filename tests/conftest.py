@@ -161,3 +161,28 @@ def sqlite_engine(tmp_path):
     upgrade(engine)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def admin_client(sqlite_engine):
+    """The real admin router and key store on a migrated SQLite log, in a bare app (no tiers), every caller an
+    admin."""
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from aio.db.keys import KeyStore
+    from aio.server.errors import install_error_handlers
+    from aio.server.routes import admin
+
+    class AdminAllowed:
+        async def admin(self, request) -> None:
+            return None
+
+    app = FastAPI()
+    app.state.aio = SimpleNamespace(keys=KeyStore(sqlite_engine), auth=AdminAllowed())
+    install_error_handlers(app)
+    app.include_router(admin.router)
+    with TestClient(app) as client:
+        yield client

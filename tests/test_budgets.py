@@ -7,11 +7,9 @@ import asyncio
 import logging
 import uuid
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -26,8 +24,6 @@ from aio.db.models import BudgetHold
 from aio.db.records import RequestRecord
 from aio.db.request_rows import RequestRows
 from aio.http.budget_guard import RESET_HEADER, BudgetExceeded, BudgetGuard
-from aio.server.errors import install_error_handlers
-from aio.server.routes import admin
 from tests.inprocess import chat_app
 from tests.test_chat_service import FakeTier
 
@@ -215,20 +211,6 @@ def test_the_429_is_openai_shaped_with_the_reset_time(engine):
     assert int(response.headers["retry-after"]) == 14 * 3600
     assert [(r.status, r.http_status) for r in log.records] == [("rejected", 429)]
     assert not tier.calls
-
-
-@pytest.fixture()
-def admin_client(engine):
-    class AdminAllowed:
-        async def admin(self, request) -> None:
-            return None
-
-    app = FastAPI()
-    app.state.aio = SimpleNamespace(keys=KeyStore(engine), auth=AdminAllowed())
-    install_error_handlers(app)
-    app.include_router(admin.router)
-    with TestClient(app) as client:
-        yield client
 
 
 def test_the_admin_api_sets_and_changes_a_budget(admin_client):
