@@ -59,7 +59,7 @@ def test_each_kernel_group_counts_its_layers_weight_bytes(engine):
         assert r["ms_per_token"] == pytest.approx(r["us"] * r["layers"] / 1e3)
         assert r["cost_m3_vs_m1"] == pytest.approx(r["us_m3"] / r["us"])
     kinds = {(r["kind"], r["types"]) for r in rows}
-    assert ("qkv_proj", "Q4_K+Q6_K") in kinds and ("lm_head", "Q6_K") in kinds
+    assert ("qkv_proj", "Q4_K_R+Q6_K_R") in kinds and ("lm_head", "Q6_K_R") in kinds  # repacked at load
     assert decode_bound.bound_row(2_000_000, 10.0, 40.0) == {
         "step_weight_bytes": 2_000_000, "weight_gb_s": 0.02, "share_of_read_bw": 0.0005}
 

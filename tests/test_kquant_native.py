@@ -10,7 +10,8 @@ import torch
 
 from tests.kquant_helpers import make_blocks
 from tiers.native import DEFAULT_FLAGS, build_library, native_library
-from tiers.quantization.kquant import BLOCK_TYPES, KQuantWeight, gemm, gather_rows
+from tiers.quantization.int4 import QuantizationError
+from tiers.quantization.kquant import REPACKED, STORED_TYPES, KQuantWeight, gemm, gather_rows, repack
 from tiers.quantization.kquant_dense import dequantize_into
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
@@ -23,7 +24,9 @@ VARIANTS = {"native": DEFAULT_FLAGS, "avx512vnni": (*BASE, *AVX2, "-mavx512f", "
                                                     "-mavx512vnni"),
             "avx2": (*BASE, *AVX2), "scalar": BASE}
 REQUIRES = {"avx512vnni": "avx512_vnni", "avx2": "avx2"}
-TYPES = list(BLOCK_TYPES)
+# the file's block types, and Q4_K / Q6_K also in the kernel's repacked layout (built by repack from the stored)
+TYPES = [*STORED_TYPES, *REPACKED.values()]
+STORED_OF = {packed: kind for kind, packed in REPACKED.items()}
 
 
 def _cpu_has(flag: str) -> bool:
@@ -42,20 +45,24 @@ def library(request):
 
 
 def _weight(kind: str, n: int, k: int, seed: int) -> tuple[KQuantWeight, np.ndarray]:
-    blocks = make_blocks(kind, n, k, np.random.default_rng(seed))
-    return KQuantWeight.from_blocks(kind, blocks, n, k), blocks
+    """kind's weight and the stored blocks it came from (a repacked kind: its stored type's, then repacked)."""
+    stored = STORED_OF.get(kind, kind)
+    blocks = make_blocks(stored, n, k, np.random.default_rng(seed))
+    weight = KQuantWeight.from_blocks(stored, blocks, n, k)
+    return (repack(native_library(), weight) if kind in STORED_OF else weight), blocks
 
 
 def _gguf_dequantize(kind: str, blocks: np.ndarray, n: int, k: int) -> torch.Tensor:
     from gguf.constants import GGMLQuantizationType
     from gguf.quants import dequantize
 
+    kind = STORED_OF.get(kind, kind)
     return torch.from_numpy(dequantize(blocks, GGMLQuantizationType[kind]).copy()).reshape(n, k)
 
 
 def act_block(kind: str) -> int:
     """The kernel's activation block: 256 for the K-quants (ggml's Q8_K), 32 for the 32-blocks (Q8_0)."""
-    return 256 if kind.endswith("_K") else 32
+    return 256 if "_K" in kind else 32
 
 
 def emulate(x: torch.Tensor, weight: torch.Tensor, block: int = 32) -> torch.Tensor:
@@ -77,7 +84,12 @@ def test_dequantized_rows_equal_gguf_bit_for_bit(kind):
         weight, blocks = _weight(kind, n, k, seed)
         want = _gguf_dequantize(kind, blocks, n, k)
         assert torch.equal(weight.dequantize(), want)
-        assert torch.equal(weight._dequantize_gguf(torch.float32), want)
+        if kind in STORED_OF:  # a layout of the native kernel's own: gguf cannot read it
+            with pytest.raises(QuantizationError, match="repacked"):
+                weight._dequantize_gguf(torch.float32)
+            assert not np.array_equal(weight.parts[0][1].numpy(), blocks)  # the codes did move
+        else:
+            assert torch.equal(weight._dequantize_gguf(torch.float32), want)
         assert torch.equal(gather_rows(weight, torch.tensor([[3, 0], [n - 1, 3]]), torch.float32),
                            want[[3, 0, n - 1, 3]].view(2, 2, k))
 
@@ -91,7 +103,8 @@ def test_the_dense_paths_weight_is_the_stored_blocks_on_every_isa(library, kind)
     mixed = KQuantWeight.cat([weight, _weight("Q8_0", 3, 512, 5)[0]])  # two parts, one buffer
     assert torch.equal(dequantize_into(library, weight, torch.float32), want)
     assert torch.equal(dequantize_into(library, weight, torch.bfloat16), want.to(torch.bfloat16))
-    assert torch.equal(dequantize_into(library, mixed, torch.float32), mixed._dequantize_gguf(torch.float32))
+    assert torch.equal(dequantize_into(library, mixed, torch.float32),
+                       torch.cat([want, _gguf_dequantize("Q8_0", _weight("Q8_0", 3, 512, 5)[1], 3, 512)]))
 
 
 @pytest.mark.parametrize("kind", TYPES)
@@ -133,7 +146,7 @@ def test_every_isa_gives_the_same_bits(kind, m, n):
 def test_each_row_is_independent_of_its_batch(threads):
     torch.set_num_threads(threads)
     library = native_library()
-    for kind in ("Q4_K", "Q6_K", "Q5_0", "Q8_0", "Q5_1"):
+    for kind in ("Q4_K", "Q6_K", "Q4_K_R", "Q6_K_R", "Q5_0", "Q8_0", "Q5_1"):
         weight, _ = _weight(kind, 300, 512, 11)
         x = torch.randn(13, 512)
         full = gemm(library, x, weight)
@@ -164,3 +177,34 @@ def test_bad_shapes_are_refused():
         KQuantWeight([("Q4_K", torch.zeros(2, 144, dtype=torch.uint8))], 512)
     with pytest.raises(QuantizationError):
         KQuantWeight.from_blocks("Q4_K", np.zeros((2, 72), np.uint8), 2, 128)
+
+
+def test_repack_keeps_the_values_and_takes_only_its_types():
+    """In place, once: Q4_K / Q6_K parts become Q4_K_R / Q6_K_R (same bytes per row, same dequantized values, same
+    matmul within the float rounding), other parts untouched; a second repack changes nothing."""
+    library = native_library()
+    q4, _ = _weight("Q4_K", 6, 512, 1)
+    q6, _ = _weight("Q6_K", 4, 512, 2)
+    q8, q8_blocks = _weight("Q8_0", 3, 512, 3)
+    fused = KQuantWeight.cat([q4, q6, q8])
+    before, x = fused.dequantize(), torch.randn(5, 512)
+    stored_result = gemm(library, x, fused)
+    assert repack(library, fused) is fused and fused.types == ("Q4_K_R", "Q6_K_R", "Q8_0")
+    assert fused.nbytes == q4.nbytes + q6.nbytes + q8.nbytes
+    assert np.array_equal(fused.parts[2][1].numpy(), q8_blocks)
+    assert torch.equal(fused.dequantize(), before)
+    torch.testing.assert_close(gemm(library, x, fused), stored_result, rtol=1e-5, atol=1e-5)
+    again = [rows.clone() for _, rows in fused.parts]
+    repack(library, fused)
+    assert fused.types == ("Q4_K_R", "Q6_K_R", "Q8_0") and all(torch.equal(a, r) for a, (_, r) in zip(again, fused.parts))
+
+
+def test_a_layer_runs_the_repacked_layout():
+    from tiers.quantization.linear import QuantizedLinear
+
+    weight, blocks = _weight("Q4_K", 32, 512, 9)
+    layer = QuantizedLinear(weight)
+    assert layer.kernel == "cpu_kq" and layer.kq.types == ("Q4_K_R",)
+    x = torch.randn(3, 512)
+    torch.testing.assert_close(layer(x), emulate(x, _gguf_dequantize("Q4_K", blocks, 32, 512), 256),
+                               rtol=1e-5, atol=1e-5)

@@ -6,12 +6,15 @@
  *   Q6_K 210 bytes: ql[128], qh[64], int8 scales[16], fp16 d; value = d * sc_{e / 16} * (q - 32), q 6 bits
  *   Q8_0 34 bytes: fp16 d, int8 q[32]; Q5_0 22: fp16 d, uint32 qh, qs[16] (value d * (q - 16));
  *   Q5_1 24: fp16 d, fp16 m, qh, qs (d * q + m); Q4_0 18: d, qs[16] (d * (q - 8)); Q4_1 20: d, m, qs (d * q + m)
- * A weight row is its blocks back to back, as in the file.
+ * A weight row is its blocks back to back, as in the file. Q4_K and Q6_K are repacked at load (aio_kq_repack: Q4_K_R,
+ * Q6_K_R, the same bytes per block, codes reordered so that one vpdpbusd per 64 codes and row needs no shuffle and
+ * the scales come once per group); the stored layouts still run, for a caller that did not repack.
  *
  * Activations are quantized per row to int8 (d = max|x| / 127, round half to even): per block of 256 for the
- * K-quants (ggml's Q8_K, with the sums of each 16), per block of 32 for the 32-blocks (Q8_0). K-quants: per
- * group of 256 the dot product of the unsigned codes with the activations, times the integer sub-block scales,
- * is summed exactly in 8 int32 lanes (pmaddubsw, then pmaddwd / vpdpwssd by the scales), then converted once:
+ * K-quants (ggml's Q8_K, with the sums of each 16), per block of 32 for the 32-blocks (Q8_0). Repacked K-quants: 16
+ * int32 lanes per group, one per 16 elements, scaled in floats once per group (kr_rows). Stored K-quants: per group
+ * of 256 the dot product of the unsigned codes with the activations, times the integer sub-block scales, is summed
+ * exactly in 8 int32 lanes (pmaddubsw, then pmaddwd / vpdpwssd by the scales), then converted once:
  * acc[k] = fma(float(isum[k]), d_w * d_act, acc[k]) (kk_rows_c has the whole arithmetic). 32-blocks: per block
  * the integer dot goes into 8 int32 lanes, lane k holding elements 4k .. 4k + 3, added to 8 float lanes:
  * acc[k] = fma(float(isum[k]), scale * d_act, acc[k]); a min adds min * d_act * sum(q_act) to one float. The
@@ -44,13 +47,17 @@
 #define KQ_PREFETCH 2048 /* bytes ahead of the group being read */
 #endif
 
-/* GGML type ids */
+/* GGML type ids; 256 + a GGUF id: that type's blocks repacked for this kernel (aio_kq_repack) */
 enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };
+enum { T_REPACKED = 256, T_Q4_K_R = T_REPACKED + T_Q4_K, T_Q6_K_R = T_REPACKED + T_Q6_K };
 
+static inline int stored_type(int type) { return type >= T_REPACKED ? type - T_REPACKED : type; }
 static int64_t group_elems(int type) { return type >= T_Q4_K ? QK_K : QK; }
 
 static int64_t group_bytes(int type) {
     switch (type) {
+    case T_Q4_K_R: return 144;
+    case T_Q6_K_R: return 210;
     case T_Q4_0: return 18;
     case T_Q4_1: return 20;
     case T_Q5_0: return 22;
@@ -64,10 +71,11 @@ static int64_t group_bytes(int type) {
 }
 
 /* bytes of one weight row of K elements, 0 for an unknown type or a K the type's blocks do not divide */
-int64_t aio_kq_row_bytes(int type, int64_t K) {
+static inline int64_t row_bytes(int type, int64_t K) {
     const int64_t g = group_elems(type), b = group_bytes(type);
     return b && K > 0 && K % g == 0 ? K / g * b : 0;
 }
+int64_t aio_kq_row_bytes(int type, int64_t K) { return row_bytes(type, K); }
 
 static inline float fp16(const uint8_t *p) {
     uint16_t h;
@@ -99,6 +107,7 @@ static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
 
 /* codes kept signed (value = scale * code): Q5_0 and Q4_0 as q - 16 / q - 8, which is gguf's own formula */
 static inline int is_signed(int type) {
+    type = stored_type(type);
     return type == T_Q6_K || type == T_Q8_0 || type == T_Q5_0 || type == T_Q4_0;
 }
 static inline int subs_per_group(int type) { return type >= T_Q4_K ? QK_K / QK : 1; }
@@ -182,6 +191,66 @@ static inline void codes_c(int type, const uint8_t *g, int j, uint8_t *out) {
     }
 }
 
+/* Q4_K_R / Q6_K_R, the layout aio_kq_repack gives Q4_K / Q6_K at load: the same bytes per group, the 256 codes
+ * reordered as 4 vectors of 64 whose byte p of vector v is element 16 (p / 4) + 4 v + p % 4. Every int32 lane k of
+ * every vector (bytes 4k .. 4k + 3) then belongs to elements 16k .. 16k + 15: one Q6_K scale's, half a Q4_K
+ * sub-block's. One vpdpbusd per vector and activation row sums a group per lane; the scales come once per group.
+ *   Q4_K_R 144 bytes: d, dmin and the 12 bytes of scales and mins as Q4_K; then per vector 32 bytes, byte b's
+ *          low nibble position b, its high nibble position 32 + b
+ *   Q6_K_R 210 bytes: per vector 32 bytes of the codes' low nibbles as Q4_K_R's; per vector 16 bytes of their top
+ *          two bits (bits 2t, 2t + 1 of byte i: position 16t + i); Q6_K's 16 int8 scales and fp16 d */
+static inline int repacked_elem(int v, int p) { return 16 * (p >> 2) + 4 * v + (p & 3); }
+
+/* a stored Q4_K / Q6_K group's 256 codes, unsigned (Q6_K's 0..63), natural order */
+static void codes_stored(int type, const uint8_t *g, uint8_t *c) {
+    for (int j = 0; j < 8; j++) codes_c(type, g, j, c + 32 * j);
+    if (type == T_Q6_K)
+        for (int i = 0; i < QK_K; i++) c[i] = (uint8_t)((int8_t)c[i] + 32);
+}
+
+/* a repacked group's 256 codes, unsigned, natural order: decoded in the repacked order (contiguous loops, which
+ * vectorize), then moved 4 at a time */
+static inline void codes_repacked(int type, const uint8_t *g, uint8_t *c) {
+    uint8_t r[QK_K]; /* r[64 v + p] */
+    const uint8_t *ql = g + (type == T_Q4_K_R ? 16 : 0);
+    for (int v = 0; v < 4; v++)
+        for (int b = 0; b < 32; b++) {
+            r[64 * v + b] = ql[32 * v + b] & 0x0F;
+            r[64 * v + 32 + b] = ql[32 * v + b] >> 4;
+        }
+    if (type == T_Q6_K_R)
+        for (int v = 0; v < 4; v++)
+            for (int t = 0; t < 4; t++)
+                for (int i = 0; i < 16; i++)
+                    r[64 * v + 16 * t + i] |= (uint8_t)(((g[128 + 16 * v + i] >> (2 * t)) & 3) << 4);
+    for (int k = 0; k < 16; k++)
+        for (int v = 0; v < 4; v++) memcpy(c + 16 * k + 4 * v, r + 64 * v + 4 * k, 4); /* repacked_elem(v, 4k..) */
+}
+
+/* N rows of K elements of Q4_K or Q6_K blocks rewritten in place as Q4_K_R / Q6_K_R. Returns the new type id, or -1
+ * for a type this layout does not take or a K its groups do not divide. */
+int aio_kq_repack(uint8_t *w, int64_t N, int64_t K, int type) {
+    if ((type != T_Q4_K && type != T_Q6_K) || !row_bytes(type, K)) return -1;
+    const int64_t gb = group_bytes(type), groups = N * (K / QK_K);
+    const int codes_at = type == T_Q4_K ? 16 : 0;
+    for (int64_t gi = 0; gi < groups; gi++) {
+        uint8_t *g = w + gi * gb, c[QK_K];
+        codes_stored(type, g, c);
+        for (int v = 0; v < 4; v++)
+            for (int b = 0; b < 32; b++)
+                g[codes_at + 32 * v + b] = (uint8_t)((c[repacked_elem(v, b)] & 0x0F) |
+                                                     ((c[repacked_elem(v, 32 + b)] & 0x0F) << 4));
+        if (type == T_Q6_K)
+            for (int v = 0; v < 4; v++)
+                for (int i = 0; i < 16; i++) {
+                    int top = 0;
+                    for (int t = 0; t < 4; t++) top |= (c[repacked_elem(v, 16 * t + i)] >> 4) << (2 * t);
+                    g[128 + 16 * v + i] = (uint8_t)top;
+                }
+    }
+    return T_REPACKED + type;
+}
+
 /* Round-to-nearest-even float32 -> bfloat16 bits (finite inputs; what torch's .to(torch.bfloat16) gives). */
 static inline uint16_t bf16_bits(float f) {
     uint32_t u;
@@ -194,15 +263,20 @@ static inline uint16_t bf16_bits(float f) {
 static inline __attribute__((always_inline)) void dequantize_row(const int TYPE, const uint8_t *row, int64_t K,
                                                                  int bf16, void *out) {
     const int64_t ge = group_elems(TYPE), gb = group_bytes(TYPE);
-    const int sgn = is_signed(TYPE);
+    const int sgn = is_signed(TYPE), repacked = TYPE >= T_REPACKED;
     for (int64_t gi = 0; gi < K / ge; gi++) {
         const uint8_t *g = row + gi * gb;
         float lo[8], hi[8], mn[8];
-        group_scales(TYPE, g, lo, hi, mn);
+        uint8_t all[QK_K];
+        group_scales(stored_type(TYPE), g, lo, hi, mn);
+        if (repacked) codes_repacked(TYPE, g, all);
         for (int j = 0; j < subs_per_group(TYPE); j++) {
             uint8_t c[32];
             float v[32];
-            codes_c(TYPE, g, j, c);
+            if (repacked)
+                for (int l = 0; l < 32; l++) c[l] = (uint8_t)(all[32 * j + l] - (TYPE == T_Q6_K_R ? 32 : 0));
+            else
+                codes_c(TYPE, g, j, c);
             for (int l = 0; l < 16; l++) v[l] = sgn ? lo[j] * (float)(int8_t)c[l] : lo[j] * (float)c[l] + mn[j];
             for (int l = 16; l < 32; l++) v[l] = sgn ? hi[j] * (float)(int8_t)c[l] : hi[j] * (float)c[l] + mn[j];
             const int64_t o = gi * ge + j * QK;
@@ -218,7 +292,7 @@ static inline __attribute__((always_inline)) void dequantize_row(const int TYPE,
  * dequantized, rows split over nthreads (tiers/quantization/kquant.py dequantize_parts). Returns -1 for a type or
  * K this file does not take. */
 int aio_kq_dequantize_dense(const uint8_t *w, int64_t N, int64_t K, int type, void *out, int bf16, int nthreads) {
-    const int64_t rb = aio_kq_row_bytes(type, K), es = bf16 ? 2 : 4;
+    const int64_t rb = row_bytes(type, K), es = bf16 ? 2 : 4;
     if (!rb) return -1;
 #define KQ_DEQ(T) dequantize_row(T, w + n * rb, K, bf16, (char *)out + n * K * es)
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (N * K >= 65536)
@@ -227,6 +301,8 @@ int aio_kq_dequantize_dense(const uint8_t *w, int64_t N, int64_t K, int type, vo
         case T_Q4_K: KQ_DEQ(T_Q4_K); break;
         case T_Q5_K: KQ_DEQ(T_Q5_K); break;
         case T_Q6_K: KQ_DEQ(T_Q6_K); break;
+        case T_Q4_K_R: KQ_DEQ(T_Q4_K_R); break;
+        case T_Q6_K_R: KQ_DEQ(T_Q6_K_R); break;
         case T_Q8_0: KQ_DEQ(T_Q8_0); break;
         case T_Q5_0: KQ_DEQ(T_Q5_0); break;
         case T_Q5_1: KQ_DEQ(T_Q5_1); break;
@@ -316,16 +392,39 @@ typedef struct {
     float *d;      /* [M, K / 256] */
     float *dsum;   /* [M, K / 32] d * sum(q) */
     int16_t *bsum; /* [M, K / 16] sum(q) */
+    /* for the repacked types (NULL when no part is one) */
+    int8_t *qr;    /* [M, K] in the repacked codes' order (repacked_elem) */
+    float *dbs;    /* [M, K / 16] d * sum(q) (Q4_K_R's mins) */
+    int32_t *b32;  /* [M, K / 16] -32 * sum(q) (Q6_K_R's - 32) */
 } actk_t;
 
-static void quantize_act_k(const float *x, int64_t K, int8_t *q, float *d, float *dsum, int16_t *bsum) {
+/* row m of the activations: the formats' pointers at that row */
+static actk_t actk_row(const actk_t *a, int64_t m, int64_t K) {
+    actk_t r = {a->q + m * K, a->d + m * (K / QK_K), a->dsum + m * (K / QK), a->bsum + m * (K / 16), NULL, NULL, NULL};
+    if (a->qr) {
+        r.qr = a->qr + m * K;
+        r.dbs = a->dbs + m * (K / 16);
+        r.b32 = a->b32 + m * (K / 16);
+    }
+    return r;
+}
+
+static void quantize_act_k(const float *x, int64_t K, const actk_t *a) {
     for (int64_t g = 0; g < K / QK_K; g++) {
         const float amax = abs_max(x + g * QK_K, QK_K);
         int sums[16];
-        round_q8(x + g * QK_K, QK_K, amax > 0.0f ? 127.0f / amax : 0.0f, q + g * QK_K, sums);
-        d[g] = amax / 127.0f;
-        for (int s = 0; s < 16; s++) bsum[g * 16 + s] = (int16_t)sums[s];
-        for (int j = 0; j < 8; j++) dsum[g * 8 + j] = d[g] * (float)(sums[2 * j] + sums[2 * j + 1]);
+        int8_t *q = a->q + g * QK_K;
+        round_q8(x + g * QK_K, QK_K, amax > 0.0f ? 127.0f / amax : 0.0f, q, sums);
+        const float d = a->d[g] = amax / 127.0f;
+        for (int s = 0; s < 16; s++) a->bsum[g * 16 + s] = (int16_t)sums[s];
+        for (int j = 0; j < 8; j++) a->dsum[g * 8 + j] = d * (float)(sums[2 * j] + sums[2 * j + 1]);
+        if (!a->qr) continue;
+        for (int v = 0; v < 4; v++)
+            for (int k = 0; k < 16; k++) memcpy(a->qr + g * QK_K + 64 * v + 4 * k, q + 16 * k + 4 * v, 4);
+        for (int s = 0; s < 16; s++) {
+            a->dbs[g * 16 + s] = d * (float)sums[s];
+            a->b32[g * 16 + s] = -32 * sums[s];
+        }
     }
 }
 
@@ -484,53 +583,17 @@ static inline codes_t codes_s(int type, const uint8_t *g, int j) {
 #define CODES_T codes_t
 #endif
 
-#if defined(KQ_VNNI)
-/* The 512-bit path for Q4_K and Q6_K (the blocks of Q4_K_M files' projections): sub-blocks 2c and 2c + 1 of a
- * group in one vector (kk_rows_512). */
-#define KQ_W512 1
-#define K512_ROWS 8 /* activation rows per tile: a verification's k + 1 rows read each weight row once */
-
-/* the codes of sub-blocks 2c, 2c + 1 of group g, unsigned (Q6_K's 0..63: its - 32 is apart) */
-#if defined(__GFNI__)
+#if defined(KQ_VNNI) && defined(__GFNI__)
 /* GF(2) affine byte maps (gf2p8affineqb: output bit i = parity(byte 7 - i of the matrix & input byte)), one matrix
- * per 64-bit lane: bit moves within each byte in one instruction, the lanes 0-3 and 4-7 halves moved differently */
+ * per 64-bit lane: bit moves within each byte in one instruction */
 #define KQ_GF_BIT(out, in) ((uint64_t)(1u << (in)) << (8 * (7 - (out))))
 #define KQ_GF_NIBBLE(shift) (KQ_GF_BIT(0, shift) | KQ_GF_BIT(1, shift + 1) | KQ_GF_BIT(2, shift + 2) | \
                              KQ_GF_BIT(3, shift + 3))
 #define KQ_GF_TOP(q) (KQ_GF_BIT(4, 2 * (q)) | KQ_GF_BIT(5, 2 * (q) + 1))
-static inline __m512i gf_halves(__m512i x, uint64_t lo, uint64_t hi) {
-    return _mm512_gf2p8affine_epi64_epi8(x, _mm512_setr_epi64((long long)lo, (long long)lo, (long long)lo,
-                                                              (long long)lo, (long long)hi, (long long)hi,
-                                                              (long long)hi, (long long)hi), 0);
-}
-#endif
-
-static inline __attribute__((always_inline)) __m512i k512_codes(const int TYPE, const uint8_t *g, int c) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    if (TYPE == T_Q4_K) { /* low nibbles of qs[32c ..] are sub-block 2c, the high ones 2c + 1 */
-        const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 16 + 32 * c)));
-#if defined(__GFNI__)
-        return gf_halves(both, KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(4));
-#else
-        return _mm512_and_si512(_mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)), m4);
-#endif
-    }
-    /* Q6_K: sub-blocks q = 2 (c & 1) and q + 1 of half h = c >> 1: ql[64h .. 64h + 63] (low nibbles for q < 2,
-     * else high), and bits 2q, 2q + 1 of qh[32h + l] as bits 4, 5 */
-    const int h = c >> 1, odd = c & 1;
-    const __m512i ql = _mm512_loadu_si512((const void *)(g + 64 * h));
-    const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 128 + 32 * h)));
-#if defined(__GFNI__)
-    const __m512i top = gf_halves(both, KQ_GF_TOP(2 * odd), KQ_GF_TOP(2 * odd + 1));
-    if (odd) return _mm512_or_si512(gf_halves(ql, KQ_GF_NIBBLE(4), KQ_GF_NIBBLE(4)), top);
-#else
-    /* left 4 / 2 (q = 0 / 1), right 0 / 2 (q = 2 / 3), then bits 4, 5 kept */
-    const __m512i top = _mm512_and_si512(
-        odd ? _mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2))
-            : _mm512_sllv_epi64(both, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2)), _mm512_set1_epi8(0x30));
-    if (odd) return _mm512_ternarylogic_epi64(_mm512_srli_epi16(ql, 4), m4, top, 0xEA);
-#endif
-    return _mm512_ternarylogic_epi64(ql, m4, top, 0xEA); /* (ql & m4) | top */
+static inline __m512i gf_map(__m512i x, uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+    return _mm512_gf2p8affine_epi64_epi8(x, _mm512_setr_epi64((long long)a, (long long)a, (long long)b,
+                                                              (long long)b, (long long)c, (long long)c,
+                                                              (long long)d, (long long)d), 0);
 }
 #endif
 
@@ -539,7 +602,7 @@ static inline __attribute__((always_inline)) __m512i k512_codes(const int TYPE, 
  * other; Q4_1 / Q5_1's mins go into one float. */
 static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const act_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
-    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
+    const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), nb = K / QK;
     const int sgn = is_signed(TYPE);
     for (int64_t t = 0; t < NT; t++) {
         const uint8_t *row = w + (n0 + t) * rb;
@@ -604,7 +667,7 @@ static inline void kk_group_c(int type, const uint8_t *g, int *sc, float *mneg, 
 /* the scalar reference of the arithmetic above (the build without AVX2) */
 static inline __attribute__((always_inline)) void kk_rows_c(const int TYPE, const actk_t *a, int64_t m0,
         const int R, int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
-    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
+    const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
     for (int r = 0; r < R; r++) {
         const int64_t m = m0 + r;
         facc acc = facc_zero(), mv = facc_zero();
@@ -666,7 +729,7 @@ static inline __m256 kk_mneg(const uint8_t *g, __m128i bytes) {
  * (vpdpwssd with VNNI) */
 static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, const actk_t *a, int64_t m0,
         const int R, int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
-    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
+    const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
     __m256 acc[KQ_ROWS], mv[KQ_ROWS];
     for (int r = 0; r < R; r++) acc[r] = mv[r] = _mm256_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
@@ -710,59 +773,203 @@ static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, cons
 }
 #endif
 
-#if defined(KQ_W512)
-/* vpermw indices: chunk c's 32 int16 lanes (bytes 2l, 2l + 1 of its 64 codes) to their scale's index in the group's
- * 16 int16 scales (Q4_K: sub-blocks 2c, 2c + 1; Q6_K: scales 4c .. 4c + 3, 16 codes each) */
-static const int16_t K512_SCALE_IDX[2][4][32] __attribute__((aligned(64))) = {
-#define I16(a, b) a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b
-#define I8(a, b, c, d) a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, c, c, c, c, c, c, c, c, d, d, d, d, d, d, d, d
-    {{I16(0, 1)}, {I16(2, 3)}, {I16(4, 5)}, {I16(6, 7)}},
-    {{I8(0, 1, 2, 3)}, {I8(4, 5, 6, 7)}, {I8(8, 9, 10, 11)}, {I8(12, 13, 14, 15)}},
-#undef I16
-#undef I8
-};
+/* ---------------------------------------------------------------- K-quants repacked (Q4_K_R, Q6_K_R)
+ * Per group and activation row, 16 int32 lanes: isum[k] = the dot product of elements 16k .. 16k + 15's unsigned
+ * codes with the activations (in either order: exact), Q6_K_R less 32 * their sum (b32). Then per lane
+ *   acc[k] = fma(float(isum[k]) * d_act, d_w * sc[k], acc[k])    (Q4_K_R: sc of sub-block k / 2)
+ *   acc[k] = fma(-(dmin * m[k / 2]), d_act * sum(q of the 16), acc[k])    (Q4_K_R's mins)
+ * d_w * sc and dmin * m are exact (an fp16 times 6 or 8 bits). Q4_K_R's lanes 8-15 take 16 isum and d_w sc / 16
+ * (KR_HI16: the 512-bit path masks the high nibbles in place instead of shifting them; both exact, so the same
+ * product). The row's result is the sum of acc[k] + acc[k + 8] in facc_sum's order, plus 0. */
+#define KR_ROWS 8 /* activation rows per tile on the 512-bit path: a verification's k + 1 rows read the weight once */
 
-/* kk_rows_v for Q4_K / Q6_K, 64 codes (two sub-blocks) a step: lanes 0-7 the even sub-block's, 8-15 the odd one's,
- * added lane by lane (exact) before the floats */
-static inline __attribute__((always_inline)) void kk_rows_512(const int TYPE, const actk_t *a, int64_t m0,
-        const int R, int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
-    const int64_t rb = aio_kq_row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
-    const int16_t(*idx)[32] = K512_SCALE_IDX[TYPE == T_Q6_K];
-    __m256 acc[K512_ROWS], mv[K512_ROWS];
-    for (int r = 0; r < R; r++) acc[r] = mv[r] = _mm256_setzero_ps();
+#if defined(KQ_VNNI)
+#define KR_HI16 _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f)
+/* vector v of group g: 64 codes, unsigned */
+static inline __attribute__((always_inline)) __m512i kr512_codes(const int TYPE, const uint8_t *g, int v) {
+    const __m512i ql =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + (TYPE == T_Q4_K_R ? 16 : 0) + 32 * v)));
+    if (TYPE == T_Q4_K_R) /* positions 32-63 as 16 x their code (KR_HI16) */
+        return _mm512_and_si512(ql, _mm512_setr_epi64(0x0F0F0F0F0F0F0F0FLL, 0x0F0F0F0F0F0F0F0FLL, 0x0F0F0F0F0F0F0F0FLL,
+                                                      0x0F0F0F0F0F0F0F0FLL, (long long)0xF0F0F0F0F0F0F0F0ULL,
+                                                      (long long)0xF0F0F0F0F0F0F0F0ULL, (long long)0xF0F0F0F0F0F0F0F0ULL,
+                                                      (long long)0xF0F0F0F0F0F0F0F0ULL));
+#if defined(__GFNI__)
+    const __m512i lo = gf_map(ql, KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(4), KQ_GF_NIBBLE(4));
+#else
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi64(ql, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
+                                        _mm512_set1_epi8(0x0F));
+#endif
+    const __m512i qh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(g + 128 + 16 * v)));
+#if defined(__GFNI__)
+    const __m512i top = gf_map(qh, KQ_GF_TOP(0), KQ_GF_TOP(1), KQ_GF_TOP(2), KQ_GF_TOP(3));
+#else
+    const __m512i top = _mm512_slli_epi16(
+        _mm512_and_si512(_mm512_srlv_epi64(qh, _mm512_setr_epi64(0, 0, 2, 2, 4, 4, 6, 6)), _mm512_set1_epi8(3)), 4);
+#endif
+    return _mm512_or_si512(lo, top);
+}
+
+/* a group's float scales per lane: d_w * sc and (Q4_K_R) -(dmin * m) */
+static inline __attribute__((always_inline)) void kr512_scales(const int TYPE, const uint8_t *g, __m512 *scd,
+                                                                __m512 *mneg) {
+    if (TYPE == T_Q6_K_R) {
+        const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(g + 192)));
+        *scd = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_set1_ps(fp16(g + 208)));
+        return;
+    }
+    const __m128i bytes = k4_scale_bytes(g);
+    const __m128i sc = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+    const __m128i mn = _mm_shuffle_epi8(bytes, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
+    *scd = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)), _mm512_set1_ps(fp16(g))), KR_HI16);
+    *mneg = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), _mm512_set1_ps(-fp16(g + 2)));
+}
+
+static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const actk_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
+    __m512 acc[KR_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * gb;
         group_prefetch(g);
-        __m256 mneg = _mm256_setzero_ps();
-        __m256i s16;
-        float dw;
-        if (TYPE == T_Q6_K) {
-            s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(g + 192)));
-            dw = fp16(g + 208);
+        __m512 scd, mneg = _mm512_setzero_ps();
+        kr512_scales(TYPE, g, &scd, &mneg);
+        __m512i isum[KR_ROWS];
+        for (int r = 0; r < R; r++) /* Q6_K_R: from - 32 * sum(q) */
+            isum[r] = TYPE == T_Q6_K_R ? _mm512_load_si512((const void *)(a->b32 + (m0 + r) * ns + gi * 16))
+                                       : _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            const __m512i codes = kr512_codes(TYPE, g, v);
+            for (int r = 0; r < R; r++)
+                isum[r] = _mm512_dpbusd_epi32(isum[r], codes,
+                                              _mm512_load_si512((const void *)(a->qr + (m0 + r) * K + gi * QK_K + 64 * v)));
+        }
+        for (int r = 0; r < R; r++) {
+            const int64_t s = (m0 + r) * ns + gi * 16;
+            const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_set1_ps(a->d[(m0 + r) * ng + gi]));
+            acc[r] = _mm512_fmadd_ps(t, scd, acc[r]);
+            if (TYPE == T_Q4_K_R) acc[r] = _mm512_fmadd_ps(mneg, _mm512_load_ps(a->dbs + s), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) /* lanes k + (k + 8), then facc_sum: sum16's order */
+        out[(m0 + r) * ldo + n] = facc_sum(_mm256_add_ps(_mm512_castps512_ps256(acc[r]),
+                                                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)))) + 0.0f;
+}
+#elif defined(KQ_SIMD)
+/* vector v of group g: positions 0-31 in *c0, 32-63 in *c1 */
+static inline __attribute__((always_inline)) void kr256_codes(const int TYPE, const uint8_t *g, int v, __m256i *c0,
+                                                               __m256i *c1) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + (TYPE == T_Q4_K_R ? 16 : 0) + 32 * v));
+    *c0 = _mm256_and_si256(ql, m4);
+    *c1 = _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    if (TYPE == T_Q6_K_R) {
+        const __m128i qh = _mm_loadu_si128((const __m128i *)(g + 128 + 16 * v));
+        const __m256i t01 = _mm256_set_m128i(_mm_srli_epi16(qh, 2), qh);
+        const __m256i t23 = _mm256_set_m128i(_mm_srli_epi16(qh, 6), _mm_srli_epi16(qh, 4));
+        *c0 = _mm256_or_si256(*c0, _mm256_slli_epi16(_mm256_and_si256(t01, m2), 4));
+        *c1 = _mm256_or_si256(*c1, _mm256_slli_epi16(_mm256_and_si256(t23, m2), 4));
+    }
+}
+
+static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const actk_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[KQ_ROWS][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t gi = 0; gi < ng; gi++) {
+        const uint8_t *g = w + n * rb + gi * gb;
+        group_prefetch(g);
+        __m256 scd[2], mneg[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        if (TYPE == T_Q6_K_R) {
+            const __m128i sc = _mm_loadu_si128((const __m128i *)(g + 192));
+            const __m256 d = _mm256_set1_ps(fp16(g + 208));
+            scd[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d);
+            scd[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d);
         } else {
             const __m128i bytes = k4_scale_bytes(g);
-            s16 = _mm256_cvtepu8_epi16(bytes); /* lanes 0-7 the scales (8-15 the mins, not indexed) */
-            mneg = kk_mneg(g, bytes);
-            dw = fp16(g);
-        }
-        const __m512i s512 = _mm512_castsi256_si512(s16);
-        __m512i isum[K512_ROWS];
-        for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            const __m512i codes = k512_codes(TYPE, g, c);
-            const __m512i sc = _mm512_permutexvar_epi16(_mm512_load_si512((const void *)idx[c]), s512);
-            for (int r = 0; r < R; r++) {
-                const __m512i av = _mm512_loadu_si512((const void *)(a->q + (m0 + r) * K + gi * QK_K + 64 * c));
-                isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(codes, av), sc);
+            const __m128i sc = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+            const __m128i mn =
+                _mm_shuffle_epi8(bytes, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
+            const __m256 d = _mm256_set1_ps(fp16(g)), nmin = _mm256_set1_ps(-fp16(g + 2));
+            for (int h = 0; h < 2; h++) {
+                scd[h] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8 * h))), d),
+                                       _mm256_set1_ps(h ? 0.0625f : 1.0f));
+                mneg[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8 * h))), nmin);
             }
         }
-        __m256i half[K512_ROWS];
+        __m256i isum[KQ_ROWS][2];
+        for (int r = 0; r < R; r++) isum[r][0] = isum[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            __m256i c[2];
+            kr256_codes(TYPE, g, v, &c[0], &c[1]);
+            for (int r = 0; r < R; r++)
+                for (int h = 0; h < 2; h++) {
+                    const __m256i av =
+                        _mm256_load_si256((const __m256i *)(a->qr + (m0 + r) * K + gi * QK_K + 64 * v + 32 * h));
+                    isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_madd_epi16(_mm256_maddubs_epi16(c[h], av), ones));
+                }
+        }
         for (int r = 0; r < R; r++)
-            half[r] = _mm256_add_epi32(_mm512_castsi512_si256(isum[r]), _mm512_extracti64x4_epi64(isum[r], 1));
-        kk_group_floats(TYPE, a, m0, R, gi, ng, half, s16, mneg, dw, acc, mv);
+            for (int h = 0; h < 2; h++) {
+                const int64_t s = (m0 + r) * ns + gi * 16 + 8 * h;
+                if (TYPE == T_Q6_K_R)
+                    isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_load_si256((const __m256i *)(a->b32 + s)));
+                if (TYPE == T_Q4_K_R && h) isum[r][h] = _mm256_slli_epi32(isum[r][h], 4); /* KR_HI16 */
+                const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]), _mm256_set1_ps(a->d[(m0 + r) * ng + gi]));
+                acc[r][h] = _mm256_fmadd_ps(t, scd[h], acc[r][h]);
+                if (TYPE == T_Q4_K_R) acc[r][h] = _mm256_fmadd_ps(mneg[h], _mm256_load_ps(a->dbs + s), acc[r][h]);
+            }
     }
-    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = (facc_sum(acc[r]) + facc_sum(mv[r])) + 0.0f;
+    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = facc_sum(_mm256_add_ps(acc[r][0], acc[r][1])) + 0.0f;
+}
+#else
+static inline float sum16(const float *acc) {
+    float s[8];
+    for (int k = 0; k < 8; k++) s[k] = acc[k] + acc[k + 8];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+/* the scalar reference of the arithmetic above (the build without AVX2): natural order, the same sums */
+static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const actk_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
+    float acc[KQ_ROWS][16] = {{0.0f}};
+    for (int64_t gi = 0; gi < ng; gi++) {
+        const uint8_t *g = w + n * rb + gi * gb;
+        uint8_t c[QK_K];
+        float scd[16], mneg[16];
+        codes_repacked(TYPE, g, c);
+        for (int k = 0; k < 16; k++) {
+            if (TYPE == T_Q6_K_R) {
+                scd[k] = (float)((const int8_t *)(g + 192))[k] * fp16(g + 208);
+                mneg[k] = 0.0f;
+            } else {
+                int sc, m;
+                scale_min_k4(k / 2, g + 4, &sc, &m);
+                scd[k] = ((float)sc * fp16(g)) * (k >= 8 ? 0.0625f : 1.0f);
+                mneg[k] = (float)m * -fp16(g + 2);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const int64_t m = m0 + r, s = m * ns + gi * 16;
+            const int8_t *q = a->q + m * K + gi * QK_K;
+            for (int k = 0; k < 16; k++) {
+                int32_t isum = 0;
+                for (int i = 16 * k; i < 16 * k + 16; i++) isum += (int32_t)c[i] * q[i];
+                if (TYPE == T_Q6_K_R) isum += a->b32[s + k];
+                if (TYPE == T_Q4_K_R && k >= 8) isum *= 16; /* KR_HI16 */
+                const float t = (float)isum * a->d[m * ng + gi];
+                acc[r][k] = fmaf(t, scd[k], acc[r][k]);
+                if (TYPE == T_Q4_K_R) acc[r][k] = fmaf(mneg[k], a->dbs[s + k], acc[r][k]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = sum16(acc[r]) + 0.0f;
 }
 #endif
 
@@ -770,16 +977,13 @@ static inline __attribute__((always_inline)) void kk_rows_512(const int TYPE, co
 static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
     for (int64_t t = 0; t < NT; t++) {
-#if defined(KQ_W512)
-        if (TYPE != T_Q5_K) {
-            kk_rows_512(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
-            continue;
-        }
-#endif
+        if (TYPE >= T_REPACKED)
+            kr_rows(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
+        else
 #if defined(KQ_SIMD)
-        kk_rows_v(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
+            kk_rows_v(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
 #else
-        kk_rows_c(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
+            kk_rows_c(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
 #endif
     }
 }
@@ -807,8 +1011,8 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
 
 /* activation rows per tile for a block type: each tile reads the weight rows once */
 static int tile_rows(int type) {
-#if defined(KQ_W512)
-    if (type == T_Q4_K || type == T_Q6_K) return K512_ROWS;
+#if defined(KQ_VNNI)
+    if (type >= T_REPACKED) return KR_ROWS;
 #endif
     (void)type;
     return KQ_ROWS;
@@ -817,13 +1021,15 @@ static int tile_rows(int type) {
 static void tile(int type, const acts_t *a, int64_t m0, int R, int64_t K, const uint8_t *w, int64_t n0, int64_t NT,
                  float *out, int64_t ldo) {
     switch (type) {
-#if defined(KQ_W512)
-    case T_Q4_K: KK_R(T_Q4_K, K512_ROWS) break;
-    case T_Q6_K: KK_R(T_Q6_K, K512_ROWS) break;
+#if defined(KQ_VNNI)
+    case T_Q4_K_R: KK_R(T_Q4_K_R, KR_ROWS) break;
+    case T_Q6_K_R: KK_R(T_Q6_K_R, KR_ROWS) break;
 #else
+    case T_Q4_K_R: KK_R(T_Q4_K_R, KQ_ROWS) break;
+    case T_Q6_K_R: KK_R(T_Q6_K_R, KQ_ROWS) break;
+#endif
     case T_Q4_K: KK_R(T_Q4_K, KQ_ROWS) break;
     case T_Q6_K: KK_R(T_Q6_K, KQ_ROWS) break;
-#endif
     case T_Q5_K: KK_R(T_Q5_K, KQ_ROWS) break;
     case T_Q8_0: KQ_R(T_Q8_0) break;
     case T_Q5_0: KQ_R(T_Q5_0) break;
@@ -841,10 +1047,13 @@ static void acts_free(acts_t *a) {
     free(a->k.d);
     free(a->k.dsum);
     free(a->k.bsum);
+    free(a->k.qr);
+    free(a->k.dbs);
+    free(a->k.b32);
 }
 
-/* the formats the parts need, for M rows of K; 0, or -1 when memory ran out (nothing left allocated) */
-static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k) {
+/* the formats the parts need (need_r: the repacked types', which need_k's too), for M rows of K; 0, or -1 when memory ran out (nothing left allocated) */
+static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, int need_r) {
     const int64_t nb = K / QK;
     int ok = 1;
     if (need_32) {
@@ -859,6 +1068,12 @@ static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k) 
         a->k.dsum = (float *)malloc(sizeof(float) * (M * nb));
         a->k.bsum = (int16_t *)malloc(sizeof(int16_t) * (M * (K / 16)));
         ok = a->k.q && a->k.d && a->k.dsum && a->k.bsum;
+    }
+    if (need_r && ok) {
+        a->k.qr = (int8_t *)aligned_alloc(64, (size_t)(M * K));
+        a->k.dbs = (float *)aligned_alloc(64, sizeof(float) * (M * (K / 16)));
+        a->k.b32 = (int32_t *)aligned_alloc(64, sizeof(int32_t) * (M * (K / 16)));
+        ok = a->k.qr && a->k.dbs && a->k.b32;
     }
     if (!ok) acts_free(a);
     return ok ? 0 : -1;
@@ -876,32 +1091,34 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
     int64_t first_chunk[KQ_MAX_PARTS + 1], first_col[KQ_MAX_PARTS];
     first_chunk[0] = 0;
     for (int p = 0; p < nparts; p++) {
-        if (!aio_kq_row_bytes(types[p], K)) return -2;
+        if (!row_bytes(types[p], K)) return -2;
         first_col[p] = p ? first_col[p - 1] + ns[p - 1] : 0;
         first_chunk[p + 1] = first_chunk[p] + (ns[p] + KQ_CHUNK - 1) / KQ_CHUNK;
     }
     const int64_t nb = K / QK, chunks = first_chunk[nparts], N = first_col[nparts - 1] + ns[nparts - 1];
-    int need_k = 0, need_32 = 0;
+    int need_k = 0, need_32 = 0, need_r = 0;
     for (int p = 0; p < nparts; p++) {
         if (types[p] >= T_Q4_K) need_k = 1;
         else need_32 = 1;
+        if (types[p] >= T_REPACKED) need_r = 1;
     }
     acts_t a;
     memset(&a, 0, sizeof a);
-    if (acts_alloc(&a, M, K, need_32, need_k)) return -1;
+    if (acts_alloc(&a, M, K, need_32, need_k, need_r)) return -1;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
     for (int64_t m = 0; m < M; m++) {
         if (need_32) quantize_act(x + m * ldx, K, a.b32.q + m * K, a.b32.d + m * nb, a.b32.dsum + m * nb);
-        if (need_k)
-            quantize_act_k(x + m * ldx, K, a.k.q + m * K, a.k.d + m * (K / QK_K), a.k.dsum + m * nb,
-                           a.k.bsum + m * (K / 16));
+        if (need_k) {
+            const actk_t row = actk_row(&a.k, m, K);
+            quantize_act_k(x + m * ldx, K, &row);
+        }
     }
     /* each thread a contiguous run of chunks holding its share of the weight bytes (parts of different types
      * have different bytes per row: Q4_K_M's qkv, Q4_K next to a Q6_K v): chunk c goes to the thread whose
      * share its first byte falls in */
     int64_t first_byte[KQ_MAX_PARTS + 1];
     first_byte[0] = 0;
-    for (int p = 0; p < nparts; p++) first_byte[p + 1] = first_byte[p] + ns[p] * aio_kq_row_bytes(types[p], K);
+    for (int p = 0; p < nparts; p++) first_byte[p + 1] = first_byte[p] + ns[p] * row_bytes(types[p], K);
     const int64_t total = first_byte[nparts];
 #pragma omp parallel num_threads(nthreads) if (N * M * K >= 262144)
     {
@@ -914,7 +1131,7 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
         for (int64_t c = 0; c < chunks; c++) {
             while (c >= first_chunk[p + 1]) p++;
             const int64_t n0 = (c - first_chunk[p]) * KQ_CHUNK;
-            const int64_t start = first_byte[p] + n0 * aio_kq_row_bytes(types[p], K);
+            const int64_t start = first_byte[p] + n0 * row_bytes(types[p], K);
             const int64_t owner = (int64_t)((double)start * (double)team / (double)total);
             if (owner < me) continue;
             if (owner > me) break;

@@ -18,9 +18,15 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from tiers.native import NativeKernelError, NativeLibrary
 from tiers.quantization.int4 import QuantizationError
 
-# GGML type id, elements per block, bytes per block: gguf's own table (GGML_QUANT_SIZES), not restated
+# the block types of GGUF files this module takes
+STORED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+# the native kernel's own layout of a stored type (repack): the same bytes per block, codes reordered for its lanes
+REPACKED = {"Q4_K": "Q4_K_R", "Q6_K": "Q6_K_R"}
+# type id, elements per block, bytes per block: gguf's own table (GGML_QUANT_SIZES), not restated; a repacked type's
+# id is 256 + its stored type's
 BLOCK_TYPES = {name: (int(GGMLQuantizationType[name]), *GGML_QUANT_SIZES[GGMLQuantizationType[name]])
-               for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")}
+               for name in STORED_TYPES}
+BLOCK_TYPES |= {packed: (256 + BLOCK_TYPES[kind][0], *BLOCK_TYPES[kind][1:]) for kind, packed in REPACKED.items()}
 # the types a GGUF projection keeps as stored (Q4_0 / Q4_1 go to Int4Weight and the w4a8 kernel instead)
 NATIVE_TYPES = ("Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
@@ -98,9 +104,31 @@ class KQuantWeight:
         from gguf.constants import GGMLQuantizationType
         from gguf.quants import dequantize
 
+        if set(self.types) - set(STORED_TYPES):
+            raise QuantizationError(f"{'/'.join(self.types)} blocks repacked for the native kernel are read by it only")
+
         out = [torch.from_numpy(dequantize(rows.cpu().numpy(), GGMLQuantizationType[kind]).copy())
                for kind, rows in self.parts]
         return torch.cat(out).reshape(self.shape).to(dtype)
+
+
+def repack(native: NativeLibrary, weight: KQuantWeight) -> KQuantWeight:
+    """The weight's Q4_K / Q6_K parts rewritten in place in the native kernel's layout (Q4_K_R / Q6_K_R: the same
+    values and bytes, one vpdpbusd per 64 codes in its loop); other parts as they are. Done once at load, for the
+    kernel's decode path; returns the weight, whose types now name the layout."""
+    parts = []
+    for kind, rows in weight.parts:
+        if kind in REPACKED:
+            rows = rows.contiguous()
+            new_id = native.lib.aio_kq_repack(rows.data_ptr(), rows.shape[0], weight.in_features,
+                                              BLOCK_TYPES[kind][0])
+            if new_id != BLOCK_TYPES[REPACKED[kind]][0]:
+                raise NativeKernelError(f"the native kernel does not repack {kind} rows of {weight.in_features}")
+            kind = REPACKED[kind]
+        parts.append((kind, rows))
+    weight.parts = parts
+    weight.__dict__.pop("_c_arrays", None)  # the type ids changed
+    return weight
 
 
 def dequantize_parts(native: NativeLibrary, weight: KQuantWeight, out: torch.Tensor) -> torch.Tensor:

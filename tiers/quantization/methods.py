@@ -265,7 +265,7 @@ class KQuantKernel(NativeKernel):
 
     def build(self, layer: QuantizedLinear, weight: Weight, device: torch.device) -> None:
         layer.native = native_library()
-        layer.kq = weight
+        layer.kq = kquant.repack(layer.native, weight)
         for i, (_, rows) in enumerate(weight.parts):  # counted in resident_bytes / weight_bytes
             layer.register_buffer(f"kq_part{i}", rows)
 
