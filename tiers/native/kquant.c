@@ -44,7 +44,7 @@
 #define KQ_ROWS 4
 #define KQ_CHUNK 16
 #ifndef KQ_PREFETCH
-#define KQ_PREFETCH 2048 /* bytes ahead of the group being read */
+#define KQ_PREFETCH 4096 /* bytes ahead of the group being read (2048: 4-7% less bandwidth on the 1.5B's shapes) */
 #endif
 
 /* GGML type ids; 256 + a GGUF id: that type's blocks repacked for this kernel (aio_kq_repack) */
