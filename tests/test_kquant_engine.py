@@ -43,6 +43,7 @@ def _projections(model) -> list[QuantizedLinear]:
 
 def test_auto_keeps_every_block_type_as_stored(kquant_file):
     from tiers import Engine
+    from tiers.models.gguf import load_gguf
 
     engine = Engine.from_pretrained(kquant_file, quantization="auto", kv_cache_bytes=8 << 20)
     model = engine.runner.model
@@ -61,6 +62,11 @@ def test_auto_keeps_every_block_type_as_stored(kquant_file):
     stored = sum(int(t.n_bytes) for t in reader.tensors
                  if t.name == "output.weight" or t.name.endswith(".weight") and t.name.split(".")[-2] in kinds)
     assert sum(m.resident_bytes - (m.bias.numel() * 4 if m.bias is not None else 0) for m in layers) == stored
+    # two engines from one checkpoint (the loader repacked its weights once): the same logits
+    checkpoint = load_gguf(kquant_file)
+    one, two = (Engine(checkpoint, engine.config).runner.model for _ in range(2))
+    assert torch.equal(prefill_logits(one, PROMPT), prefill_logits(two, PROMPT))
+    torch.testing.assert_close(prefill_logits(one, PROMPT), prefill_logits(model, PROMPT), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])  # llama: q / k rows unpermuted, whole block rows moved

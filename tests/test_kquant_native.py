@@ -180,23 +180,39 @@ def test_bad_shapes_are_refused():
 
 
 def test_repack_keeps_the_values_and_takes_only_its_types():
-    """In place, once: Q4_K / Q6_K parts become Q4_K_R / Q6_K_R (same bytes per row, same dequantized values, same
-    matmul within the float rounding), other parts untouched; a second repack changes nothing."""
+    """Q4_K / Q6_K parts become Q4_K_R / Q6_K_R (same bytes per row, same dequantized values, same matmul within the
+    float rounding), other parts shared as they are; the input untouched (its tensors may be shared: one checkpoint,
+    two engines), a repacked weight passed through; in_place rewrites an owned weight instead."""
     library = native_library()
-    q4, _ = _weight("Q4_K", 6, 512, 1)
+    q4, q4_blocks = _weight("Q4_K", 6, 512, 1)
     q6, _ = _weight("Q6_K", 4, 512, 2)
-    q8, q8_blocks = _weight("Q8_0", 3, 512, 3)
+    q8, _ = _weight("Q8_0", 3, 512, 3)
     fused = KQuantWeight.cat([q4, q6, q8])
     before, x = fused.dequantize(), torch.randn(5, 512)
     stored_result = gemm(library, x, fused)
-    assert repack(library, fused) is fused and fused.types == ("Q4_K_R", "Q6_K_R", "Q8_0")
-    assert fused.nbytes == q4.nbytes + q6.nbytes + q8.nbytes
-    assert np.array_equal(fused.parts[2][1].numpy(), q8_blocks)
-    assert torch.equal(fused.dequantize(), before)
-    torch.testing.assert_close(gemm(library, x, fused), stored_result, rtol=1e-5, atol=1e-5)
-    again = [rows.clone() for _, rows in fused.parts]
-    repack(library, fused)
-    assert fused.types == ("Q4_K_R", "Q6_K_R", "Q8_0") and all(torch.equal(a, r) for a, (_, r) in zip(again, fused.parts))
+    packed = repack(library, fused)
+    assert packed.types == ("Q4_K_R", "Q6_K_R", "Q8_0") and fused.types == ("Q4_K", "Q6_K", "Q8_0")
+    assert np.array_equal(fused.parts[0][1].numpy(), q4_blocks) and packed.parts[2][1] is fused.parts[2][1]
+    assert packed.nbytes == fused.nbytes
+    assert torch.equal(packed.dequantize(), before) and torch.equal(fused.dequantize(), before)
+    torch.testing.assert_close(gemm(library, x, packed), stored_result, rtol=1e-5, atol=1e-5)
+    assert repack(library, packed) is packed
+    owned = KQuantWeight.cat([q4, q6])
+    tensors = [rows for _, rows in owned.parts]
+    assert repack(library, owned, in_place=True) is owned and owned.types == ("Q4_K_R", "Q6_K_R")
+    assert all(rows is t for (_, rows), t in zip(owned.parts, tensors)) and torch.equal(owned.dequantize(), before[:10])
+
+
+def test_layers_sharing_a_stored_weight_each_get_the_right_values():
+    """Two layers built from one weight (two engines from one checkpoint): each repacks its own copy."""
+    from tiers.quantization.linear import QuantizedLinear
+
+    weight, blocks = _weight("Q6_K", 16, 512, 5)
+    a, b = QuantizedLinear(weight), QuantizedLinear(weight)
+    assert weight.types == ("Q6_K",) and np.array_equal(weight.parts[0][1].numpy(), blocks)
+    x = torch.randn(2, 512)
+    assert torch.equal(a(x), b(x))
+    torch.testing.assert_close(a(x), emulate(x, _gguf_dequantize("Q6_K", blocks, 16, 512), 256), rtol=1e-5, atol=1e-5)
 
 
 def test_a_layer_runs_the_repacked_layout():

@@ -112,20 +112,26 @@ class KQuantWeight:
         return torch.cat(out).reshape(self.shape).to(dtype)
 
 
-def repack(native: NativeLibrary, weight: KQuantWeight) -> KQuantWeight:
-    """The weight's Q4_K / Q6_K parts rewritten in place in the native kernel's layout (Q4_K_R / Q6_K_R: the same
-    values and bytes, one vpdpbusd per 64 codes in its loop); other parts as they are. Done once at load, for the
-    kernel's decode path; returns the weight, whose types now name the layout."""
+def repack(native: NativeLibrary, weight: KQuantWeight, in_place: bool = False) -> KQuantWeight:
+    """The weight with its Q4_K / Q6_K parts in the native kernel's layout (Q4_K_R / Q6_K_R: the same values and
+    bytes per block, one vpdpbusd per 64 codes in its loop), other parts as they are; parts already repacked are
+    kept. A new weight with repacked copies: the input is untouched, its tensors may be shared (one checkpoint, two
+    engines). in_place: for a caller that owns the weight (a fresh load), its tensors rewritten and its parts
+    relabelled instead."""
+    if not set(weight.types) & set(REPACKED):
+        return weight
     parts = []
     for kind, rows in weight.parts:
         if kind in REPACKED:
-            rows = rows.contiguous()
+            rows = rows.contiguous() if in_place else rows.contiguous().clone()
             new_id = native.lib.aio_kq_repack(rows.data_ptr(), rows.shape[0], weight.in_features,
                                               BLOCK_TYPES[kind][0])
             if new_id != BLOCK_TYPES[REPACKED[kind]][0]:
                 raise NativeKernelError(f"the native kernel does not repack {kind} rows of {weight.in_features}")
             kind = REPACKED[kind]
         parts.append((kind, rows))
+    if not in_place:
+        return KQuantWeight(parts, weight.in_features)
     weight.parts = parts
     weight.__dict__.pop("_c_arrays", None)  # the type ids changed
     return weight

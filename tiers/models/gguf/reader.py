@@ -5,7 +5,8 @@ gate/up -> gate_up_proj). llama.cpp stores the rows of q and k permuted for its 
 files; qwen2 files are not permuted): we undo that by moving whole rows, so quantized blocks stay intact. Every
 tensor type the gguf package can dequantize loads as float; Q4_0 / Q4_1 projections can instead stay 4-bit
 (group 32, exact: see Int4Weight) and K-quant / Q5_0 / Q5_1 / Q8_0 projections, and a K-quant output tensor, as
-stored (KQuantWeight, for the native CPU kernel) for QuantizedLinear.
+stored (KQuantWeight, for the native CPU kernel; Q4_K / Q6_K repacked into its layout as they load, where it builds)
+for QuantizedLinear.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from tiers.models.assemble import fuse_shards
 from tiers.models.config import ModelConfig, RopeConfig, UnsupportedModelError
 from tiers.models.gguf.file import GGUFError, open_gguf, read_metadata
 from tiers.models.rotary import inverse_frequencies
+from tiers.native import native_library
 from tiers.quantization.int4 import Int4Weight, pack_nibbles
-from tiers.quantization.kquant import BLOCK_TYPES, NATIVE_TYPES as _BLOCK_TYPES_KEPT, KQuantWeight
+from tiers.quantization.kquant import (BLOCK_TYPES, NATIVE_TYPES as _BLOCK_TYPES_KEPT, STORED_TYPES, KQuantWeight,
+                                       repack)
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 PERMUTED_ARCHITECTURES = ("llama", "mistral")  # convert_hf_to_gguf.py permutes q/k rows for these
@@ -222,8 +225,10 @@ def load_weights(reader, config: ModelConfig, keep_int4: bool = True, dtype: tor
             value = q4_to_int4(t, path)
         elif keep_int4 and len(t.shape) == 2 and (
                 (is_projection and kind in _BLOCK_TYPES_KEPT) or (ours == "lm_head.weight" and kind in _K_TYPES)
-                or (ours == "embed_tokens.weight" and kind in BLOCK_TYPES and "output.weight" in names)):
+                or (ours == "embed_tokens.weight" and kind in STORED_TYPES and "output.weight" in names)):
             value = KQuantWeight.from_blocks(kind, t.data, int(t.shape[1]), int(t.shape[0]))
+            if (native := native_library()) is not None:  # the kernel's layout, on this load's own copy
+                repack(native, value, in_place=True)
         else:
             array = _dequantize(t, path)
             value = torch.from_numpy(np.array(array, dtype=np.float32, copy=True))
