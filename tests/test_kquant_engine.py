@@ -49,9 +49,9 @@ def test_auto_keeps_every_block_type_as_stored(kquant_file):
     model = engine.runner.model
     layers = _projections(model)
     assert len(layers) == 2 * 4 + 1 and all(getattr(m, "kernel", None) == "cpu_kq" for m in layers)
-    # a fused mix, each part as stored; Q4_K and Q6_K in the kernel's repacked layout (the same bytes per block)
+    # a fused mix, each part as stored; Q4_K, Q6_K and Q5_0 in the kernel's repacked layouts (the same bytes)
     assert model.layers[0].self_attn.qkv_proj.kq.types == ("Q4_K_R", "Q6_K_R")
-    assert model.layers[0].mlp.gate_up_proj.kq.types == ("Q4_K_R", "Q5_0")
+    assert model.layers[0].mlp.gate_up_proj.kq.types == ("Q4_K_R", "Q5_0_R")
     assert model.layers[1].mlp.down_proj.kq.types == ("Q8_0",) and model.lm_head.kq.types == ("Q6_K_R",)
     assert type(model.embed_tokens).__name__ == "KQuantEmbedding" and model.embed_tokens.kq.types == ("Q8_0",)
     # as many bytes as the file's tensors

@@ -146,7 +146,7 @@ def test_every_isa_gives_the_same_bits(kind, m, n):
 def test_each_row_is_independent_of_its_batch(threads):
     torch.set_num_threads(threads)
     library = native_library()
-    for kind in ("Q4_K", "Q6_K", "Q4_K_R", "Q6_K_R", "Q5_0", "Q8_0", "Q5_1"):
+    for kind in ("Q4_K", "Q6_K", "Q4_K_R", "Q6_K_R", "Q5_0", "Q5_0_R", "Q8_0", "Q5_1"):
         weight, _ = _weight(kind, 300, 512, 11)
         x = torch.randn(13, 512)
         full = gemm(library, x, weight)
@@ -197,6 +197,8 @@ def test_repack_keeps_the_values_and_takes_only_its_types():
     assert torch.equal(packed.dequantize(), before) and torch.equal(fused.dequantize(), before)
     torch.testing.assert_close(gemm(library, x, packed), stored_result, rtol=1e-5, atol=1e-5)
     assert repack(library, packed) is packed
+    odd, _ = _weight("Q5_0", 3, 96, 4)  # Q5_0_R groups 4 blocks: rows of 96 stay Q5_0
+    assert repack(library, odd) is odd and odd.types == ("Q5_0",)
     owned = KQuantWeight.cat([q4, q6])
     tensors = [rows for _, rows in owned.parts]
     assert repack(library, owned, in_place=True) is owned and owned.types == ("Q4_K_R", "Q6_K_R")

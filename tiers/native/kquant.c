@@ -49,15 +49,17 @@
 
 /* GGML type ids; 256 + a GGUF id: that type's blocks repacked for this kernel (aio_kq_repack) */
 enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };
-enum { T_REPACKED = 256, T_Q4_K_R = T_REPACKED + T_Q4_K, T_Q6_K_R = T_REPACKED + T_Q6_K };
+enum { T_REPACKED = 256, T_Q4_K_R = T_REPACKED + T_Q4_K, T_Q6_K_R = T_REPACKED + T_Q6_K, T_Q5_0_R = T_REPACKED + T_Q5_0 };
+#define QR5 128 /* Q5_0_R's group: 4 blocks of 32 */
 
 static inline int stored_type(int type) { return type >= T_REPACKED ? type - T_REPACKED : type; }
-static int64_t group_elems(int type) { return type >= T_Q4_K ? QK_K : QK; }
+static int64_t group_elems(int type) { return type == T_Q5_0_R ? QR5 : type >= T_Q4_K ? QK_K : QK; }
 
 static int64_t group_bytes(int type) {
     switch (type) {
     case T_Q4_K_R: return 144;
     case T_Q6_K_R: return 210;
+    case T_Q5_0_R: return 88;
     case T_Q4_0: return 18;
     case T_Q4_1: return 20;
     case T_Q5_0: return 22;
@@ -110,7 +112,7 @@ static inline int is_signed(int type) {
     type = stored_type(type);
     return type == T_Q6_K || type == T_Q8_0 || type == T_Q5_0 || type == T_Q4_0;
 }
-static inline int subs_per_group(int type) { return type >= T_Q4_K ? QK_K / QK : 1; }
+static inline int subs_per_group(int type) { return (int)(group_elems(type) / QK); }
 
 /* A group's float scales: lo[j] / hi[j] for lanes 0-3 / 4-7 of sub-block j, mn[j] its min (0 when none) */
 static inline void group_scales(int type, const uint8_t *g, float *lo, float *hi, float *mn) {
@@ -198,7 +200,10 @@ static inline void codes_c(int type, const uint8_t *g, int j, uint8_t *out) {
  *   Q4_K_R 144 bytes: d, dmin and the 12 bytes of scales and mins as Q4_K; then per vector 32 bytes, byte b's
  *          low nibble position b, its high nibble position 32 + b
  *   Q6_K_R 210 bytes: per vector 32 bytes of the codes' low nibbles as Q4_K_R's; per vector 16 bytes of their top
- *          two bits (bits 2t, 2t + 1 of byte i: position 16t + i); Q6_K's 16 int8 scales and fp16 d */
+ *          two bits (bits 2t, 2t + 1 of byte i: position 16t + i); Q6_K's 16 int8 scales and fp16 d
+ * Q5_0_R takes groups of 4 blocks (128 elements, 88 bytes): the 4 fp16 d; then 2 vectors of 64 codes whose byte p of
+ * vector v is element 8 (p / 4) + 4 v + p % 4 (int32 lane k: elements 8k .. 8k + 7, block k / 4), as 32 bytes of
+ * nibbles (as Q4_K_R's) each, then per vector 8 bytes whose bit p is position p's fifth bit. */
 static inline int repacked_elem(int v, int p) { return 16 * (p >> 2) + 4 * v + (p & 3); }
 
 /* a stored Q4_K / Q6_K group's 256 codes, unsigned (Q6_K's 0..63), natural order */
@@ -208,10 +213,23 @@ static void codes_stored(int type, const uint8_t *g, uint8_t *c) {
         for (int i = 0; i < QK_K; i++) c[i] = (uint8_t)((int8_t)c[i] + 32);
 }
 
-/* a repacked group's 256 codes, unsigned, natural order: decoded in the repacked order (contiguous loops, which
- * vectorize), then moved 4 at a time */
+/* a repacked group's codes (256; Q5_0_R 128), unsigned, natural order: decoded in the repacked order (contiguous
+ * loops, which vectorize), then moved 4 at a time */
 static inline void codes_repacked(int type, const uint8_t *g, uint8_t *c) {
     uint8_t r[QK_K]; /* r[64 v + p] */
+    if (type == T_Q5_0_R) {
+        for (int v = 0; v < 2; v++) {
+            uint64_t bits;
+            memcpy(&bits, g + 72 + 8 * v, 8);
+            for (int b = 0; b < 32; b++) {
+                r[64 * v + b] = (uint8_t)((g[8 + 32 * v + b] & 0x0F) | (((bits >> b) & 1) << 4));
+                r[64 * v + 32 + b] = (uint8_t)((g[8 + 32 * v + b] >> 4) | (((bits >> (32 + b)) & 1) << 4));
+            }
+        }
+        for (int k = 0; k < 16; k++)
+            for (int v = 0; v < 2; v++) memcpy(c + 8 * k + 4 * v, r + 64 * v + 4 * k, 4);
+        return;
+    }
     const uint8_t *ql = g + (type == T_Q4_K_R ? 16 : 0);
     for (int v = 0; v < 4; v++)
         for (int b = 0; b < 32; b++) {
@@ -227,9 +245,36 @@ static inline void codes_repacked(int type, const uint8_t *g, uint8_t *c) {
         for (int v = 0; v < 4; v++) memcpy(c + 16 * k + 4 * v, r + 64 * v + 4 * k, 4); /* repacked_elem(v, 4k..) */
 }
 
-/* N rows of K elements of Q4_K or Q6_K blocks rewritten in place as Q4_K_R / Q6_K_R. Returns the new type id, or -1
- * for a type this layout does not take or a K its groups do not divide. */
+/* N rows of K elements of Q5_0 blocks (K a multiple of 128) rewritten in place as Q5_0_R */
+static void repack_q5_0(uint8_t *w, int64_t groups) {
+    for (int64_t gi = 0; gi < groups; gi++) {
+        uint8_t *g = w + gi * 88, blocks[88], c[QR5];
+        memcpy(blocks, g, 88);
+        for (int b = 0; b < 4; b++) {
+            codes_c(T_Q5_0, blocks + 22 * b, 0, c + 32 * b);
+            memcpy(g + 2 * b, blocks + 22 * b, 2);
+        }
+        for (int i = 0; i < QR5; i++) c[i] = (uint8_t)((int8_t)c[i] + 16);
+        for (int v = 0; v < 2; v++) {
+            uint64_t bits = 0;
+            for (int p = 0; p < 64; p++) {
+                const int e = 8 * (p >> 2) + 4 * v + (p & 3);
+                bits |= (uint64_t)(c[e] >> 4) << p;
+                if (p < 32) g[8 + 32 * v + p] = (uint8_t)(c[e] & 0x0F);
+                else g[8 + 32 * v + p - 32] |= (uint8_t)((c[e] & 0x0F) << 4);
+            }
+            memcpy(g + 72 + 8 * v, &bits, 8);
+        }
+    }
+}
+
+/* N rows of K elements of Q4_K, Q6_K or Q5_0 blocks rewritten in place as Q4_K_R / Q6_K_R / Q5_0_R. Returns the new
+ * type id, or -1 for a type this layout does not take or a K its groups do not divide. */
 int aio_kq_repack(uint8_t *w, int64_t N, int64_t K, int type) {
+    if (type == T_Q5_0 && row_bytes(T_Q5_0_R, K)) {
+        repack_q5_0(w, N * (K / QR5));
+        return T_Q5_0_R;
+    }
     if ((type != T_Q4_K && type != T_Q6_K) || !row_bytes(type, K)) return -1;
     const int64_t gb = group_bytes(type), groups = N * (K / QK_K);
     const int codes_at = type == T_Q4_K ? 16 : 0;
@@ -268,13 +313,17 @@ static inline __attribute__((always_inline)) void dequantize_row(const int TYPE,
         const uint8_t *g = row + gi * gb;
         float lo[8], hi[8], mn[8];
         uint8_t all[QK_K];
-        group_scales(stored_type(TYPE), g, lo, hi, mn);
+        if (TYPE == T_Q5_0_R)
+            for (int j = 0; j < 4; j++) lo[j] = hi[j] = fp16(g + 2 * j), mn[j] = 0.0f;
+        else
+            group_scales(stored_type(TYPE), g, lo, hi, mn);
         if (repacked) codes_repacked(TYPE, g, all);
         for (int j = 0; j < subs_per_group(TYPE); j++) {
             uint8_t c[32];
             float v[32];
             if (repacked)
-                for (int l = 0; l < 32; l++) c[l] = (uint8_t)(all[32 * j + l] - (TYPE == T_Q6_K_R ? 32 : 0));
+                for (int l = 0; l < 32; l++)
+                    c[l] = (uint8_t)(all[32 * j + l] - (TYPE == T_Q6_K_R ? 32 : TYPE == T_Q5_0_R ? 16 : 0));
             else
                 codes_c(TYPE, g, j, c);
             for (int l = 0; l < 16; l++) v[l] = sgn ? lo[j] * (float)(int8_t)c[l] : lo[j] * (float)c[l] + mn[j];
@@ -303,6 +352,7 @@ int aio_kq_dequantize_dense(const uint8_t *w, int64_t N, int64_t K, int type, vo
         case T_Q6_K: KQ_DEQ(T_Q6_K); break;
         case T_Q4_K_R: KQ_DEQ(T_Q4_K_R); break;
         case T_Q6_K_R: KQ_DEQ(T_Q6_K_R); break;
+        case T_Q5_0_R: KQ_DEQ(T_Q5_0_R); break;
         case T_Q8_0: KQ_DEQ(T_Q8_0); break;
         case T_Q5_0: KQ_DEQ(T_Q5_0); break;
         case T_Q5_1: KQ_DEQ(T_Q5_1); break;
@@ -319,6 +369,10 @@ typedef struct {
     int8_t *q;   /* [M, K] natural order */
     float *d;    /* [M, K / 32] */
     float *dsum; /* [M, K / 32] d * sum(q) */
+    /* for Q5_0_R (NULL when no part is one) */
+    int8_t *qr;   /* [M, K] in Q5_0_R's codes' order */
+    float *da;    /* [M, K / 8] d of each lane's block */
+    int32_t *b16; /* [M, K / 8] -16 * each lane's sum(q) */
 } act_t;
 
 /* x[0 .. n) (n a multiple of 32) times inv, rounded half to even, clamped to +-127, into q; returns the sum of
@@ -375,7 +429,10 @@ static inline float abs_max(const float *x, int n) {
 #endif
 }
 
-static void quantize_act(const float *x, int64_t K, int8_t *q, float *d, float *dsum) {
+/* row m's activations; for Q5_0_R (qr set) also its order, lane scales and sums */
+static void quantize_act(const float *x, int64_t K, const act_t *a, int64_t m) {
+    int8_t *q = a->q + m * K;
+    float *d = a->d + m * (K / QK), *dsum = a->dsum + m * (K / QK);
     for (int64_t b = 0; b < K / QK; b++) {
         const float amax = abs_max(x + b * QK, QK);
         int sums[2];
@@ -383,6 +440,17 @@ static void quantize_act(const float *x, int64_t K, int8_t *q, float *d, float *
         d[b] = amax / 127.0f;
         dsum[b] = d[b] * (float)(sums[0] + sums[1]);
     }
+    if (!a->qr) return;
+    int8_t *qr = a->qr + m * K;
+    for (int64_t g = 0; g < K / QR5; g++)
+        for (int k = 0; k < 16; k++) {
+            const int8_t *src = q + g * QR5 + 8 * k;
+            int sum = 0;
+            for (int i = 0; i < 8; i++) sum += src[i];
+            for (int v = 0; v < 2; v++) memcpy(qr + g * QR5 + 64 * v + 4 * k, src + 4 * v, 4);
+            a->da[m * (K / 8) + g * 16 + k] = d[g * 4 + k / 4];
+            a->b16[m * (K / 8) + g * 16 + k] = -16 * sum;
+        }
 }
 
 /* The K-quants' activations, ggml's Q8_K: int8 per block of 256 (d = max|x| / 127, round half to even), the sums
@@ -973,6 +1041,112 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
 }
 #endif
 
+
+/* ---------------------------------------------------------------- Q5_0 repacked (Q5_0_R)
+ * Per group of 128 and activation row, 16 int32 lanes: isum[k] = the dot product of elements 8k .. 8k + 7's unsigned
+ * codes (0..31) with the activations, less 16 * their sum (b16); then acc[k] = fma(float(isum[k]) * d_act, d_w, acc[k])
+ * with the d of the lane's block for both. The row's result is reduced as kr_rows'. */
+#if defined(KQ_VNNI)
+static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
+                                                           const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = row_bytes(T_Q5_0_R, K), ng = K / QR5, nl = K / 8;
+    const __m512i lane_block = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 acc[KR_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t gi = 0; gi < ng; gi++) {
+        const uint8_t *g = w + n * rb + gi * 88;
+        group_prefetch(g);
+        const __m512 scd = _mm512_permutexvar_ps(lane_block, _mm512_castps128_ps512(
+            _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g))));
+        __m512i isum[KR_ROWS];
+        for (int r = 0; r < R; r++) isum[r] = _mm512_load_si512((const void *)(a->b16 + (m0 + r) * nl + gi * 16));
+        for (int v = 0; v < 2; v++) {
+            const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 8 + 32 * v)));
+#if defined(__GFNI__)
+            const __m512i lo = gf_map(ql, KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(4), KQ_GF_NIBBLE(4));
+#else
+            const __m512i lo = _mm512_and_si512(_mm512_srlv_epi64(ql, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
+                                                _mm512_set1_epi8(0x0F));
+#endif
+            uint64_t bits;
+            memcpy(&bits, g + 72 + 8 * v, 8);
+            const __m512i codes = _mm512_or_si512(lo, _mm512_maskz_mov_epi8((__mmask64)bits, _mm512_set1_epi8(0x10)));
+            for (int r = 0; r < R; r++)
+                isum[r] = _mm512_dpbusd_epi32(isum[r], codes,
+                                              _mm512_load_si512((const void *)(a->qr + (m0 + r) * K + gi * QR5 + 64 * v)));
+        }
+        for (int r = 0; r < R; r++) {
+            const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_load_ps(a->da + (m0 + r) * nl + gi * 16));
+            acc[r] = _mm512_fmadd_ps(t, scd, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        out[(m0 + r) * ldo + n] = facc_sum(_mm256_add_ps(_mm512_castps512_ps256(acc[r]),
+                                                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)))) + 0.0f;
+}
+#elif defined(KQ_SIMD)
+static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
+                                                           const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = row_bytes(T_Q5_0_R, K), ng = K / QR5, nl = K / 8;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[KQ_ROWS][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t gi = 0; gi < ng; gi++) {
+        const uint8_t *g = w + n * rb + gi * 88;
+        group_prefetch(g);
+        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g));
+        const __m256 scd[2] = {_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
+                               _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3))};
+        __m256i isum[KQ_ROWS][2];
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < 2; h++)
+                isum[r][h] = _mm256_load_si256((const __m256i *)(a->b16 + (m0 + r) * nl + gi * 16 + 8 * h));
+        for (int v = 0; v < 2; v++) {
+            const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 8 + 32 * v));
+            uint32_t bits[2];
+            memcpy(bits, g + 72 + 8 * v, 8);
+            const __m256i c[2] = {_mm256_or_si256(_mm256_and_si256(ql, m4), bits_to_16(bits[0])),
+                                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), bits_to_16(bits[1]))};
+            for (int r = 0; r < R; r++)
+                for (int h = 0; h < 2; h++) {
+                    const __m256i av =
+                        _mm256_load_si256((const __m256i *)(a->qr + (m0 + r) * K + gi * QR5 + 64 * v + 32 * h));
+                    isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_madd_epi16(_mm256_maddubs_epi16(c[h], av), ones));
+                }
+        }
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < 2; h++) {
+                const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]),
+                                               _mm256_load_ps(a->da + (m0 + r) * nl + gi * 16 + 8 * h));
+                acc[r][h] = _mm256_fmadd_ps(t, scd[h], acc[r][h]);
+            }
+    }
+    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = facc_sum(_mm256_add_ps(acc[r][0], acc[r][1])) + 0.0f;
+}
+#else
+static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
+                                                           const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+    const int64_t rb = row_bytes(T_Q5_0_R, K), ng = K / QR5, nl = K / 8;
+    float acc[KQ_ROWS][16] = {{0.0f}};
+    for (int64_t gi = 0; gi < ng; gi++) {
+        const uint8_t *g = w + n * rb + gi * 88;
+        uint8_t c[QR5];
+        codes_repacked(T_Q5_0_R, g, c);
+        for (int r = 0; r < R; r++) {
+            const int64_t m = m0 + r;
+            const int8_t *q = a->q + m * K + gi * QR5;
+            for (int k = 0; k < 16; k++) {
+                int32_t isum = a->b16[m * nl + gi * 16 + k];
+                for (int i = 8 * k; i < 8 * k + 8; i++) isum += (int32_t)c[i] * q[i];
+                const float t = (float)isum * a->da[m * nl + gi * 16 + k];
+                acc[r][k] = fmaf(t, fp16(g + 2 * (k / 4)), acc[r][k]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = sum16(acc[r]) + 0.0f;
+}
+#endif
+
 /* weight rows n0 .. n0 + NT - 1 of a K-quant for R activation rows */
 static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
@@ -987,6 +1161,18 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
 #endif
     }
 }
+
+#define KR5_R(MAX)                                                                                             \
+    switch (R) {                                                                                               \
+    case 1: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, 1, K, w, n0 + t, out, ldo); break;         \
+    case 2: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, 2, K, w, n0 + t, out, ldo); break;         \
+    case 3: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, 3, K, w, n0 + t, out, ldo); break;         \
+    case 4: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX < 4 ? MAX : 4, K, w, n0 + t, out, ldo); break; \
+    case 5: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX < 5 ? MAX : 5, K, w, n0 + t, out, ldo); break; \
+    case 6: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX < 6 ? MAX : 6, K, w, n0 + t, out, ldo); break; \
+    case 7: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX < 7 ? MAX : 7, K, w, n0 + t, out, ldo); break; \
+    default: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX, K, w, n0 + t, out, ldo); break;     \
+    }
 
 #define KQ_R(TYPE)                                                                                             \
     switch (R) {                                                                                               \
@@ -1024,7 +1210,9 @@ static void tile(int type, const acts_t *a, int64_t m0, int R, int64_t K, const 
 #if defined(KQ_VNNI)
     case T_Q4_K_R: KK_R(T_Q4_K_R, KR_ROWS) break;
     case T_Q6_K_R: KK_R(T_Q6_K_R, KR_ROWS) break;
+    case T_Q5_0_R: KR5_R(KR_ROWS) break;
 #else
+    case T_Q5_0_R: KR5_R(KQ_ROWS) break;
     case T_Q4_K_R: KK_R(T_Q4_K_R, KQ_ROWS) break;
     case T_Q6_K_R: KK_R(T_Q6_K_R, KQ_ROWS) break;
 #endif
@@ -1043,6 +1231,9 @@ static void acts_free(acts_t *a) {
     free(a->b32.q);
     free(a->b32.d);
     free(a->b32.dsum);
+    free(a->b32.qr);
+    free(a->b32.da);
+    free(a->b32.b16);
     free(a->k.q);
     free(a->k.d);
     free(a->k.dsum);
@@ -1052,8 +1243,9 @@ static void acts_free(acts_t *a) {
     free(a->k.b32);
 }
 
-/* the formats the parts need (need_r: the repacked types', which need_k's too), for M rows of K; 0, or -1 when memory ran out (nothing left allocated) */
-static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, int need_r) {
+/* the formats the parts need (need_r: the repacked K-quants', which need_k's too; need_r5: Q5_0_R's, which need_32's
+ * too), for M rows of K; 0, or -1 when memory ran out (nothing left allocated) */
+static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, int need_r, int need_r5) {
     const int64_t nb = K / QK;
     int ok = 1;
     if (need_32) {
@@ -1061,6 +1253,12 @@ static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, 
         a->b32.d = (float *)malloc(sizeof(float) * (M * nb));
         a->b32.dsum = (float *)malloc(sizeof(float) * (M * nb));
         ok = a->b32.q && a->b32.d && a->b32.dsum;
+    }
+    if (need_r5 && ok) {
+        a->b32.qr = (int8_t *)aligned_alloc(64, (size_t)(M * K));
+        a->b32.da = (float *)aligned_alloc(64, sizeof(float) * (M * (K / 8)));
+        a->b32.b16 = (int32_t *)aligned_alloc(64, sizeof(int32_t) * (M * (K / 8)));
+        ok = a->b32.qr && a->b32.da && a->b32.b16;
     }
     if (need_k && ok) {
         a->k.q = (int8_t *)malloc((size_t)(M * K));
@@ -1095,19 +1293,20 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
         first_col[p] = p ? first_col[p - 1] + ns[p - 1] : 0;
         first_chunk[p + 1] = first_chunk[p] + (ns[p] + KQ_CHUNK - 1) / KQ_CHUNK;
     }
-    const int64_t nb = K / QK, chunks = first_chunk[nparts], N = first_col[nparts - 1] + ns[nparts - 1];
-    int need_k = 0, need_32 = 0, need_r = 0;
+    const int64_t chunks = first_chunk[nparts], N = first_col[nparts - 1] + ns[nparts - 1];
+    int need_k = 0, need_32 = 0, need_r = 0, need_r5 = 0;
     for (int p = 0; p < nparts; p++) {
-        if (types[p] >= T_Q4_K) need_k = 1;
+        if (stored_type(types[p]) >= T_Q4_K) need_k = 1;
         else need_32 = 1;
-        if (types[p] >= T_REPACKED) need_r = 1;
+        if (types[p] == T_Q5_0_R) need_r5 = 1;
+        else if (types[p] >= T_REPACKED) need_r = 1;
     }
     acts_t a;
     memset(&a, 0, sizeof a);
-    if (acts_alloc(&a, M, K, need_32, need_k, need_r)) return -1;
+    if (acts_alloc(&a, M, K, need_32, need_k, need_r, need_r5)) return -1;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
     for (int64_t m = 0; m < M; m++) {
-        if (need_32) quantize_act(x + m * ldx, K, a.b32.q + m * K, a.b32.d + m * nb, a.b32.dsum + m * nb);
+        if (need_32) quantize_act(x + m * ldx, K, &a.b32, m);
         if (need_k) {
             const actk_t row = actk_row(&a.k, m, K);
             quantize_act_k(x + m * ldx, K, &row);

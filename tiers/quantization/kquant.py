@@ -20,13 +20,16 @@ from tiers.quantization.int4 import QuantizationError
 
 # the block types of GGUF files this module takes
 STORED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
-# the native kernel's own layout of a stored type (repack): the same bytes per block, codes reordered for its lanes
-REPACKED = {"Q4_K": "Q4_K_R", "Q6_K": "Q6_K_R"}
+# the native kernel's own layout of a stored type (repack): the same bytes per element, codes reordered for its
+# lanes; Q5_0_R in groups of 4 blocks (rows of a multiple of 128 elements)
+REPACKED = {"Q4_K": "Q4_K_R", "Q6_K": "Q6_K_R", "Q5_0": "Q5_0_R"}
+GROUP_BLOCKS = {"Q5_0_R": 4}
 # type id, elements per block, bytes per block: gguf's own table (GGML_QUANT_SIZES), not restated; a repacked type's
-# id is 256 + its stored type's
+# id is 256 + its stored type's, its block a group of GROUP_BLOCKS stored blocks
 BLOCK_TYPES = {name: (int(GGMLQuantizationType[name]), *GGML_QUANT_SIZES[GGMLQuantizationType[name]])
                for name in STORED_TYPES}
-BLOCK_TYPES |= {packed: (256 + BLOCK_TYPES[kind][0], *BLOCK_TYPES[kind][1:]) for kind, packed in REPACKED.items()}
+BLOCK_TYPES |= {packed: (256 + BLOCK_TYPES[kind][0], *(GROUP_BLOCKS.get(packed, 1) * n for n in BLOCK_TYPES[kind][1:]))
+                for kind, packed in REPACKED.items()}
 # the types a GGUF projection keeps as stored (Q4_0 / Q4_1 go to Int4Weight and the w4a8 kernel instead)
 NATIVE_TYPES = ("Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
@@ -113,16 +116,19 @@ class KQuantWeight:
 
 
 def repack(native: NativeLibrary, weight: KQuantWeight, in_place: bool = False) -> KQuantWeight:
-    """The weight with its Q4_K / Q6_K parts in the native kernel's layout (Q4_K_R / Q6_K_R: the same values and
-    bytes per block, one vpdpbusd per 64 codes in its loop), other parts as they are; parts already repacked are
-    kept. A new weight with repacked copies: the input is untouched, its tensors may be shared (one checkpoint, two
+    """The weight with its Q4_K / Q6_K / Q5_0 parts in the native kernel's layout (Q4_K_R / Q6_K_R / Q5_0_R: the same
+    values and bytes, one vpdpbusd per 64 codes in its loop; Q5_0 where rows hold a multiple of 128), other parts as
+    they are; parts already repacked are kept. A new weight with repacked copies: the input is untouched, its tensors may be shared (one checkpoint, two
     engines). in_place: for a caller that owns the weight (a fresh load), its tensors rewritten and its parts
     relabelled instead."""
-    if not set(weight.types) & set(REPACKED):
+    def takes(kind: str) -> bool:
+        return kind in REPACKED and weight.in_features % BLOCK_TYPES[REPACKED[kind]][1] == 0
+
+    if not any(takes(kind) for kind in weight.types):
         return weight
     parts = []
     for kind, rows in weight.parts:
-        if kind in REPACKED:
+        if takes(kind):
             rows = rows.contiguous() if in_place else rows.contiguous().clone()
             new_id = native.lib.aio_kq_repack(rows.data_ptr(), rows.shape[0], weight.in_features,
                                               BLOCK_TYPES[kind][0])
