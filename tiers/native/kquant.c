@@ -852,6 +852,21 @@ static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, cons
 #define KR_ROWS 8 /* activation rows per tile on the 512-bit path: a verification's k + 1 rows read the weight once */
 
 #if defined(KQ_VNNI)
+/* lanes k + (k + 8), then facc_sum: sum16's order */
+static inline float sum512(__m512 acc) {
+    return facc_sum(_mm256_add_ps(_mm512_castps512_ps256(acc),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1))));
+}
+
+/* 32 bytes broadcast to both halves: the low nibbles in bytes 0-31, the high ones in 32-63 */
+static inline __m512i nibbles_split(__m512i both) {
+#if defined(__GFNI__)
+    return gf_map(both, KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(4), KQ_GF_NIBBLE(4));
+#else
+    return _mm512_and_si512(_mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)), _mm512_set1_epi8(0x0F));
+#endif
+}
+
 #define KR_HI16 _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f)
 /* vector v of group g: 64 codes, unsigned */
 static inline __attribute__((always_inline)) __m512i kr512_codes(const int TYPE, const uint8_t *g, int v) {
@@ -862,12 +877,7 @@ static inline __attribute__((always_inline)) __m512i kr512_codes(const int TYPE,
                                                       0x0F0F0F0F0F0F0F0FLL, (long long)0xF0F0F0F0F0F0F0F0ULL,
                                                       (long long)0xF0F0F0F0F0F0F0F0ULL, (long long)0xF0F0F0F0F0F0F0F0ULL,
                                                       (long long)0xF0F0F0F0F0F0F0F0ULL));
-#if defined(__GFNI__)
-    const __m512i lo = gf_map(ql, KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(4), KQ_GF_NIBBLE(4));
-#else
-    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi64(ql, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
-                                        _mm512_set1_epi8(0x0F));
-#endif
+    const __m512i lo = nibbles_split(ql);
     const __m512i qh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(g + 128 + 16 * v)));
 #if defined(__GFNI__)
     const __m512i top = gf_map(qh, KQ_GF_TOP(0), KQ_GF_TOP(1), KQ_GF_TOP(2), KQ_GF_TOP(3));
@@ -921,11 +931,15 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
             if (TYPE == T_Q4_K_R) acc[r] = _mm512_fmadd_ps(mneg, _mm512_load_ps(a->dbs + s), acc[r]);
         }
     }
-    for (int r = 0; r < R; r++) /* lanes k + (k + 8), then facc_sum: sum16's order */
-        out[(m0 + r) * ldo + n] = facc_sum(_mm256_add_ps(_mm512_castps512_ps256(acc[r]),
-                                                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)))) + 0.0f;
+    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = sum512(acc[r]) + 0.0f;
 }
 #elif defined(KQ_SIMD)
+/* acc + the dot products of 32 unsigned codes with 32 activations, 4 to a lane (vpdpbusd's sums) */
+static inline __m256i dot32_add(__m256i acc, __m256i codes, const int8_t *a) {
+    const __m256i p = _mm256_maddubs_epi16(codes, _mm256_load_si256((const __m256i *)a));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
 /* vector v of group g: positions 0-31 in *c0, 32-63 in *c1 */
 static inline __attribute__((always_inline)) void kr256_codes(const int TYPE, const uint8_t *g, int v, __m256i *c0,
                                                                __m256i *c1) {
@@ -945,7 +959,6 @@ static inline __attribute__((always_inline)) void kr256_codes(const int TYPE, co
 static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
     const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[KQ_ROWS][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
@@ -976,11 +989,8 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
             __m256i c[2];
             kr256_codes(TYPE, g, v, &c[0], &c[1]);
             for (int r = 0; r < R; r++)
-                for (int h = 0; h < 2; h++) {
-                    const __m256i av =
-                        _mm256_load_si256((const __m256i *)(a->qr + (m0 + r) * K + gi * QK_K + 64 * v + 32 * h));
-                    isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_madd_epi16(_mm256_maddubs_epi16(c[h], av), ones));
-                }
+                for (int h = 0; h < 2; h++)
+                    isum[r][h] = dot32_add(isum[r][h], c[h], a->qr + (m0 + r) * K + gi * QK_K + 64 * v + 32 * h);
         }
         for (int r = 0; r < R; r++)
             for (int h = 0; h < 2; h++) {
@@ -1062,12 +1072,7 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
         for (int r = 0; r < R; r++) isum[r] = _mm512_load_si512((const void *)(a->b16 + (m0 + r) * nl + gi * 16));
         for (int v = 0; v < 2; v++) {
             const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 8 + 32 * v)));
-#if defined(__GFNI__)
-            const __m512i lo = gf_map(ql, KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(0), KQ_GF_NIBBLE(4), KQ_GF_NIBBLE(4));
-#else
-            const __m512i lo = _mm512_and_si512(_mm512_srlv_epi64(ql, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
-                                                _mm512_set1_epi8(0x0F));
-#endif
+            const __m512i lo = nibbles_split(ql);
             uint64_t bits;
             memcpy(&bits, g + 72 + 8 * v, 8);
             const __m512i codes = _mm512_or_si512(lo, _mm512_maskz_mov_epi8((__mmask64)bits, _mm512_set1_epi8(0x10)));
@@ -1080,15 +1085,13 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
             acc[r] = _mm512_fmadd_ps(t, scd, acc[r]);
         }
     }
-    for (int r = 0; r < R; r++)
-        out[(m0 + r) * ldo + n] = facc_sum(_mm256_add_ps(_mm512_castps512_ps256(acc[r]),
-                                                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)))) + 0.0f;
+    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = sum512(acc[r]) + 0.0f;
 }
 #elif defined(KQ_SIMD)
 static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
                                                            const uint8_t *w, int64_t n, float *out, int64_t ldo) {
     const int64_t rb = row_bytes(T_Q5_0_R, K), ng = K / QR5, nl = K / 8;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[KQ_ROWS][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
@@ -1108,11 +1111,8 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
             const __m256i c[2] = {_mm256_or_si256(_mm256_and_si256(ql, m4), bits_to_16(bits[0])),
                                   _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), bits_to_16(bits[1]))};
             for (int r = 0; r < R; r++)
-                for (int h = 0; h < 2; h++) {
-                    const __m256i av =
-                        _mm256_load_si256((const __m256i *)(a->qr + (m0 + r) * K + gi * QR5 + 64 * v + 32 * h));
-                    isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_madd_epi16(_mm256_maddubs_epi16(c[h], av), ones));
-                }
+                for (int h = 0; h < 2; h++)
+                    isum[r][h] = dot32_add(isum[r][h], c[h], a->qr + (m0 + r) * K + gi * QR5 + 64 * v + 32 * h);
         }
         for (int r = 0; r < R; r++)
             for (int h = 0; h < 2; h++) {
