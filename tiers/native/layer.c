@@ -50,7 +50,7 @@ static int project(int kind, const float *x, int64_t M, int64_t K, const uint8_t
     if (kind == KIND_W8A8) return aio_gemm_w8(x, M, K, K, w, N, out, N, nthreads);
     if (kind == KIND_KQ) {
         const aio_kq_weight *q = (const aio_kq_weight *)w;
-        return aio_gemm_kq_parts(x, M, K, K, (int)q->nparts, q->ws, q->ns, q->types, out, N, nthreads) ? -1 : 0;
+        return aio_gemm_kq_parts(x, M, K, K, (int)q->nparts, q->ws, q->ns, q->types, out, N, nthreads);
     }
     return aio_gemm_w8f(x, M, K, K, w, N, out, N, nthreads);
 }
@@ -59,7 +59,8 @@ static void add_into(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* x: the residual stream [T, hidden], updated in place. Returns 0, or -1 when memory ran out. */
+/* x: the residual stream [T, hidden], updated in place. Returns 0, -1 when memory ran out, or a projection
+ * kernel's -2 (a block type or shape it does not take). */
 int aio_llama_layer(const aio_layer *L, float *x, int64_t T, const float *cos, const float *signed_sin,
                     float *k_cache, float *v_cache, int block_size, const int64_t *slot_mapping,
                     const int64_t *token_seq, const int64_t *visible, const int64_t *block_tables,
@@ -74,20 +75,22 @@ int aio_llama_layer(const aio_layer *L, float *x, int64_t T, const float *cos, c
     int rc = -1;
     if (!h || !wide || !attn || !delta) goto done;
     aio_rmsnorm(x, hid, L->norm_in, h, T, hid, L->eps_in, nthreads);
-    if (project(L->kind_qkv, h, T, hid, L->w_qkv, qkv_width, wide, nthreads)) goto done;
+    if ((rc = project(L->kind_qkv, h, T, hid, L->w_qkv, qkv_width, wide, nthreads))) goto done;
     if (L->bias_qkv)
         for (int64_t t = 0; t < T; t++) add_into(wide + t * qkv_width, L->bias_qkv, qkv_width);
     aio_rotary(wide, qkv_width, T, (int)(H + Hkv), (int)D, cos, signed_sin);
     if (aio_paged_attention(wide, qkv_width, wide + q_size, qkv_width, wide + q_size + kv_size, qkv_width, k_cache,
                             v_cache, slot_mapping, T, token_seq, visible, block_tables, max_blocks, (int)H,
-                            (int)Hkv, (int)D, block_size, L->scale, attn, nthreads))
+                            (int)Hkv, (int)D, block_size, L->scale, attn, nthreads)) {
+        rc = -1;
         goto done;
-    if (project(L->kind_o, attn, T, q_size, L->w_o, hid, delta, nthreads)) goto done;
+    }
+    if ((rc = project(L->kind_o, attn, T, q_size, L->w_o, hid, delta, nthreads))) goto done;
     add_into(x, delta, T * hid);
     aio_rmsnorm(x, hid, L->norm_post, h, T, hid, L->eps_post, nthreads);
-    if (project(L->kind_gate_up, h, T, hid, L->w_gate_up, 2 * inter, wide, nthreads)) goto done;
+    if ((rc = project(L->kind_gate_up, h, T, hid, L->w_gate_up, 2 * inter, wide, nthreads))) goto done;
     aio_silu_mul(wide, h, T, inter, nthreads);
-    if (project(L->kind_down, h, T, inter, L->w_down, hid, delta, nthreads)) goto done;
+    if ((rc = project(L->kind_down, h, T, inter, L->w_down, hid, delta, nthreads))) goto done;
     add_into(x, delta, T * hid);
     rc = 0;
 done:

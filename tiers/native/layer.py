@@ -72,12 +72,14 @@ class NativeLayer:
                 tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """x float32 [T, hidden] contiguous: updated in place and returned."""
         token_seq, visible, block_tables = tables
-        if native.lib.aio_llama_layer(
-                ctypes.byref(self.struct), x.data_ptr(), x.shape[0], rope[0].data_ptr(), rope[1].data_ptr(),
-                k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], slot_mapping.data_ptr(),
-                token_seq.data_ptr(), visible.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
-                torch.get_num_threads()):
-            raise NativeKernelError("out of memory in the native decoder layer")
+        status = native.lib.aio_llama_layer(
+            ctypes.byref(self.struct), x.data_ptr(), x.shape[0], rope[0].data_ptr(), rope[1].data_ptr(),
+            k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], slot_mapping.data_ptr(),
+            token_seq.data_ptr(), visible.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
+            torch.get_num_threads())
+        if status:
+            raise NativeKernelError("out of memory in the native decoder layer" if status == -1 else
+                                    "a projection's kernel does not take its weight's block type or shape")
         return x
 
 
