@@ -32,6 +32,23 @@ def test_rmsnorm_and_silu_mul_match_torch():
     torch.testing.assert_close(silu_mul(native, gate_up), F.silu(gate) * up, rtol=1e-6, atol=1e-6)
 
 
+def test_silu_mul_splits_rows_across_threads_with_the_same_bits():
+    """A decode step's single row of 8,960 and a verification's 5 are cut in runs across the threads: each element's
+    arithmetic is the same, so 1 and 2 threads give the same bits, and torch's values."""
+    native = native_library()
+    for rows, inter in ((1, 8960), (5, 4864), (3, 1000)):
+        gate_up = torch.randn(rows, 2 * inter) * 4
+        one = silu_mul(native, gate_up)
+        torch.set_num_threads(2)
+        try:
+            two = silu_mul(native, gate_up)
+        finally:
+            torch.set_num_threads(1)
+        assert torch.equal(one, two)
+        gate, up = gate_up.split(inter, dim=-1)
+        torch.testing.assert_close(two, F.silu(gate) * up, rtol=1e-6, atol=1e-6)
+
+
 def test_rotary_is_the_python_rotary_bit_for_bit():
     torch.manual_seed(1)
     t, heads, d = 6, 5, 64

@@ -21,13 +21,17 @@ void aio_rmsnorm(const float *x, int64_t ldx, const float *w, float *out, int64_
     }
 }
 
-/* out[m, i] = silu(gate_up[m, i]) * gate_up[m, I + i] */
+/* out[m, i] = silu(gate_up[m, i]) * gate_up[m, I + i]; split in runs of SILU_RUN across the threads, a decode
+ * step's single row too (its expf calls cost as much as a small projection) */
+#define SILU_RUN 1024
 void aio_silu_mul(const float *gate_up, float *out, int64_t M, int64_t I, int nthreads) {
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * I >= 65536)
-    for (int64_t m = 0; m < M; m++) {
+    const int64_t runs = (I + SILU_RUN - 1) / SILU_RUN;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * I >= 4096)
+    for (int64_t t = 0; t < M * runs; t++) {
+        const int64_t m = t / runs, i0 = (t % runs) * SILU_RUN, i1 = i0 + SILU_RUN < I ? i0 + SILU_RUN : I;
         const float *g = gate_up + m * 2 * I, *u = g + I;
         float *o = out + m * I;
-        for (int64_t i = 0; i < I; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int64_t i = i0; i < i1; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
 
