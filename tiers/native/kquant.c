@@ -49,7 +49,8 @@
 
 /* GGML type ids; 256 + a GGUF id: that type's blocks repacked for this kernel (aio_kq_repack) */
 enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };
-enum { T_REPACKED = 256, T_Q4_K_R = T_REPACKED + T_Q4_K, T_Q6_K_R = T_REPACKED + T_Q6_K, T_Q5_0_R = T_REPACKED + T_Q5_0 };
+enum { T_REPACKED = 256, T_Q4_K_R = T_REPACKED + T_Q4_K, T_Q6_K_R = T_REPACKED + T_Q6_K,
+       T_Q5_0_R = T_REPACKED + T_Q5_0 };
 #define QR5 128 /* Q5_0_R's group: 4 blocks of 32 */
 
 static inline int stored_type(int type) { return type >= T_REPACKED ? type - T_REPACKED : type; }
@@ -867,16 +868,14 @@ static inline __m512i nibbles_split(__m512i both) {
 #endif
 }
 
-#define KR_HI16 _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f)
+#define KR_HI16                                                                                                \
+    _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f)
 /* vector v of group g: 64 codes, unsigned */
 static inline __attribute__((always_inline)) __m512i kr512_codes(const int TYPE, const uint8_t *g, int v) {
     const __m512i ql =
         _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + (TYPE == T_Q4_K_R ? 16 : 0) + 32 * v)));
     if (TYPE == T_Q4_K_R) /* positions 32-63 as 16 x their code (KR_HI16) */
-        return _mm512_and_si512(ql, _mm512_setr_epi64(0x0F0F0F0F0F0F0F0FLL, 0x0F0F0F0F0F0F0F0FLL, 0x0F0F0F0F0F0F0F0FLL,
-                                                      0x0F0F0F0F0F0F0F0FLL, (long long)0xF0F0F0F0F0F0F0F0ULL,
-                                                      (long long)0xF0F0F0F0F0F0F0F0ULL, (long long)0xF0F0F0F0F0F0F0F0ULL,
-                                                      (long long)0xF0F0F0F0F0F0F0F0ULL));
+        return _mm512_and_si512(ql, _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8((char)0xF0), 1));
     const __m512i lo = nibbles_split(ql);
     const __m512i qh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(g + 128 + 16 * v)));
 #if defined(__GFNI__)
@@ -898,7 +897,8 @@ static inline __attribute__((always_inline)) void kr512_scales(const int TYPE, c
     }
     const __m128i bytes = k4_scale_bytes(g);
     const __m128i sc = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
-    const __m128i mn = _mm_shuffle_epi8(bytes, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
+    const __m128i mn =
+        _mm_shuffle_epi8(bytes, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
     *scd = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)), _mm512_set1_ps(fp16(g))), KR_HI16);
     *mneg = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), _mm512_set1_ps(-fp16(g + 2)));
 }
@@ -920,9 +920,10 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
             const __m512i codes = kr512_codes(TYPE, g, v);
-            for (int r = 0; r < R; r++)
-                isum[r] = _mm512_dpbusd_epi32(isum[r], codes,
-                                              _mm512_load_si512((const void *)(a->qr + (m0 + r) * K + gi * QK_K + 64 * v)));
+            for (int r = 0; r < R; r++) {
+                const int8_t *av = a->qr + (m0 + r) * K + gi * QK_K + 64 * v;
+                isum[r] = _mm512_dpbusd_epi32(isum[r], codes, _mm512_load_si512((const void *)av));
+            }
         }
         for (int r = 0; r < R; r++) {
             const int64_t s = (m0 + r) * ns + gi * 16;
@@ -977,8 +978,8 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
                 _mm_shuffle_epi8(bytes, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
             const __m256 d = _mm256_set1_ps(fp16(g)), nmin = _mm256_set1_ps(-fp16(g + 2));
             for (int h = 0; h < 2; h++) {
-                scd[h] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8 * h))), d),
-                                       _mm256_set1_ps(h ? 0.0625f : 1.0f));
+                const __m256 s8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8 * h)));
+                scd[h] = _mm256_mul_ps(_mm256_mul_ps(s8, d), _mm256_set1_ps(h ? 0.0625f : 1.0f));
                 mneg[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8 * h))), nmin);
             }
         }
@@ -998,7 +999,8 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
                 if (TYPE == T_Q6_K_R)
                     isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_load_si256((const __m256i *)(a->b32 + s)));
                 if (TYPE == T_Q4_K_R && h) isum[r][h] = _mm256_slli_epi32(isum[r][h], 4); /* KR_HI16 */
-                const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]), _mm256_set1_ps(a->d[(m0 + r) * ng + gi]));
+                const __m256 t =
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]), _mm256_set1_ps(a->d[(m0 + r) * ng + gi]));
                 acc[r][h] = _mm256_fmadd_ps(t, scd[h], acc[r][h]);
                 if (TYPE == T_Q4_K_R) acc[r][h] = _mm256_fmadd_ps(mneg[h], _mm256_load_ps(a->dbs + s), acc[r][h]);
             }
@@ -1076,12 +1078,14 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
             uint64_t bits;
             memcpy(&bits, g + 72 + 8 * v, 8);
             const __m512i codes = _mm512_or_si512(lo, _mm512_maskz_mov_epi8((__mmask64)bits, _mm512_set1_epi8(0x10)));
-            for (int r = 0; r < R; r++)
-                isum[r] = _mm512_dpbusd_epi32(isum[r], codes,
-                                              _mm512_load_si512((const void *)(a->qr + (m0 + r) * K + gi * QR5 + 64 * v)));
+            for (int r = 0; r < R; r++) {
+                const int8_t *av = a->qr + (m0 + r) * K + gi * QR5 + 64 * v;
+                isum[r] = _mm512_dpbusd_epi32(isum[r], codes, _mm512_load_si512((const void *)av));
+            }
         }
         for (int r = 0; r < R; r++) {
-            const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_load_ps(a->da + (m0 + r) * nl + gi * 16));
+            const __m512 t =
+                _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_load_ps(a->da + (m0 + r) * nl + gi * 16));
             acc[r] = _mm512_fmadd_ps(t, scd, acc[r]);
         }
     }
@@ -1098,8 +1102,9 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
         const uint8_t *g = w + n * rb + gi * 88;
         group_prefetch(g);
         const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g));
-        const __m256 scd[2] = {_mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
-                               _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3))};
+        const __m256 d8 = _mm256_castps128_ps256(d4);
+        const __m256 scd[2] = {_mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
+                               _mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3))};
         __m256i isum[KQ_ROWS][2];
         for (int r = 0; r < R; r++)
             for (int h = 0; h < 2; h++)

@@ -2,7 +2,8 @@
 (Q4_K, Q5_K, Q6_K: super-blocks of 256 with 6-bit or int8 sub-block scales) and Q5_0, Q5_1, Q8_0 (blocks of 32).
 
 A KQuantWeight is one or more parts stacked along the output rows, each part rows of one block type as bytes
-[rows, row_bytes] straight from the file: a fused projection whose shards have different types (Q4_K_M stores
+[rows, row_bytes], from the file or repacked into the kernel's own layout (repack: Q4_K_R, Q6_K_R, Q5_0_R, the
+same bytes in another order): a fused projection whose shards have different types (Q4_K_M stores
 some attn_v / ffn_down as Q6_K or Q8_0 next to Q4_K / Q5_0 shards) keeps each shard's type, and its matmul is one
 kernel call per part into the columns of one output.
 """
@@ -108,7 +109,8 @@ class KQuantWeight:
         from gguf.quants import dequantize
 
         if set(self.types) - set(STORED_TYPES):
-            raise QuantizationError(f"{'/'.join(self.types)} blocks repacked for the native kernel are read by it only")
+            raise QuantizationError(f"{'/'.join(self.types)}: blocks repacked for the native kernel are read by it "
+                                    "only")
 
         out = [torch.from_numpy(dequantize(rows.cpu().numpy(), GGMLQuantizationType[kind]).copy())
                for kind, rows in self.parts]
@@ -118,9 +120,9 @@ class KQuantWeight:
 def repack(native: NativeLibrary, weight: KQuantWeight, in_place: bool = False) -> KQuantWeight:
     """The weight with its Q4_K / Q6_K / Q5_0 parts in the native kernel's layout (Q4_K_R / Q6_K_R / Q5_0_R: the same
     values and bytes, one vpdpbusd per 64 codes in its loop; Q5_0 where rows hold a multiple of 128), other parts as
-    they are; parts already repacked are kept. A new weight with repacked copies: the input is untouched, its tensors may be shared (one checkpoint, two
-    engines). in_place: for a caller that owns the weight (a fresh load), its tensors rewritten and its parts
-    relabelled instead."""
+    they are; parts already repacked are kept. A new weight with repacked copies: the input is untouched, its
+    tensors may be shared (one checkpoint, two engines). in_place: for a caller that owns the weight (a fresh
+    load), its tensors rewritten and its parts relabelled instead."""
     def takes(kind: str) -> bool:
         return kind in REPACKED and weight.in_features % BLOCK_TYPES[REPACKED[kind]][1] == 0
 

@@ -5,8 +5,8 @@ gate/up -> gate_up_proj). llama.cpp stores the rows of q and k permuted for its 
 files; qwen2 files are not permuted): we undo that by moving whole rows, so quantized blocks stay intact. Every
 tensor type the gguf package can dequantize loads as float; Q4_0 / Q4_1 projections can instead stay 4-bit
 (group 32, exact: see Int4Weight) and K-quant / Q5_0 / Q5_1 / Q8_0 projections, and a K-quant output tensor, as
-stored (KQuantWeight, for the native CPU kernel; Q4_K / Q6_K repacked into its layout as they load, where it builds)
-for QuantizedLinear.
+stored (KQuantWeight, for the native CPU kernel; Q4_K, Q6_K and Q5_0 repacked into its layouts as they load, where
+it builds) for QuantizedLinear.
 """
 from __future__ import annotations
 
