@@ -205,7 +205,31 @@ static inline void codes_c(int type, const uint8_t *g, int j, uint8_t *out) {
  * Q5_0_R takes groups of 4 blocks (128 elements, 88 bytes): the 4 fp16 d; then 2 vectors of 64 codes whose byte p of
  * vector v is element 8 (p / 4) + 4 v + p % 4 (int32 lane k: elements 8k .. 8k + 7, block k / 4), as 32 bytes of
  * nibbles (as Q4_K_R's) each, then per vector 8 bytes whose bit p is position p's fifth bit. */
-static inline int repacked_elem(int v, int p) { return 16 * (p >> 2) + 4 * v + (p & 3); }
+/* n codes (256, or Q5_0_R's 128) from natural order to the repacked vectors' (r[64 v + p]) and back: with lanes of
+ * w = n / 16 elements, byte p of vector v is element w (p / 4) + 4 v + p % 4, runs of 4 bytes transposed */
+static inline void to_vectors(const uint8_t *natural, int n, uint8_t *r) {
+    for (int k = 0; k < 16; k++)
+        for (int v = 0; v < n / 64; v++) memcpy(r + 64 * v + 4 * k, natural + n / 16 * k + 4 * v, 4);
+}
+static inline void from_vectors(const uint8_t *r, int n, uint8_t *natural) {
+    for (int k = 0; k < 16; k++)
+        for (int v = 0; v < n / 64; v++) memcpy(natural + n / 16 * k + 4 * v, r + 64 * v + 4 * k, 4);
+}
+
+/* the low 4 bits of n codes in vector order as n / 2 bytes: byte 32 v + b holds position b of vector v in its low
+ * nibble and position 32 + b in its high one; nibbles_unpack gives them back (their upper bits 0) */
+static inline void nibbles_pack(const uint8_t *r, int n, uint8_t *out) {
+    for (int v = 0; v < n / 64; v++)
+        for (int b = 0; b < 32; b++)
+            out[32 * v + b] = (uint8_t)((r[64 * v + b] & 0x0F) | ((r[64 * v + 32 + b] & 0x0F) << 4));
+}
+static inline void nibbles_unpack(const uint8_t *in, int n, uint8_t *r) {
+    for (int v = 0; v < n / 64; v++)
+        for (int b = 0; b < 32; b++) {
+            r[64 * v + b] = in[32 * v + b] & 0x0F;
+            r[64 * v + 32 + b] = in[32 * v + b] >> 4;
+        }
+}
 
 /* a stored Q4_K / Q6_K group's 256 codes, unsigned (Q6_K's 0..63), natural order */
 static void codes_stored(int type, const uint8_t *g, uint8_t *c) {
@@ -217,53 +241,38 @@ static void codes_stored(int type, const uint8_t *g, uint8_t *c) {
 /* a repacked group's codes (256; Q5_0_R 128), unsigned, natural order: decoded in the repacked order (contiguous
  * loops, which vectorize), then moved 4 at a time */
 static inline void codes_repacked(int type, const uint8_t *g, uint8_t *c) {
-    uint8_t r[QK_K]; /* r[64 v + p] */
-    if (type == T_Q5_0_R) {
-        for (int v = 0; v < 2; v++) {
-            uint64_t bits;
-            memcpy(&bits, g + 72 + 8 * v, 8);
-            for (int b = 0; b < 32; b++) {
-                r[64 * v + b] = (uint8_t)((g[8 + 32 * v + b] & 0x0F) | (((bits >> b) & 1) << 4));
-                r[64 * v + 32 + b] = (uint8_t)((g[8 + 32 * v + b] >> 4) | (((bits >> (32 + b)) & 1) << 4));
-            }
-        }
-        for (int k = 0; k < 16; k++)
-            for (int v = 0; v < 2; v++) memcpy(c + 8 * k + 4 * v, r + 64 * v + 4 * k, 4);
-        return;
-    }
-    const uint8_t *ql = g + (type == T_Q4_K_R ? 16 : 0);
-    for (int v = 0; v < 4; v++)
-        for (int b = 0; b < 32; b++) {
-            r[64 * v + b] = ql[32 * v + b] & 0x0F;
-            r[64 * v + 32 + b] = ql[32 * v + b] >> 4;
-        }
+    const int n = type == T_Q5_0_R ? QR5 : QK_K;
+    uint8_t r[QK_K];
+    nibbles_unpack(g + (type == T_Q4_K_R ? 16 : type == T_Q5_0_R ? 8 : 0), n, r);
     if (type == T_Q6_K_R)
         for (int v = 0; v < 4; v++)
             for (int t = 0; t < 4; t++)
                 for (int i = 0; i < 16; i++)
                     r[64 * v + 16 * t + i] |= (uint8_t)(((g[128 + 16 * v + i] >> (2 * t)) & 3) << 4);
-    for (int k = 0; k < 16; k++)
-        for (int v = 0; v < 4; v++) memcpy(c + 16 * k + 4 * v, r + 64 * v + 4 * k, 4); /* repacked_elem(v, 4k..) */
+    if (type == T_Q5_0_R)
+        for (int v = 0; v < 2; v++) {
+            uint64_t bits;
+            memcpy(&bits, g + 72 + 8 * v, 8);
+            for (int p = 0; p < 64; p++) r[64 * v + p] |= (uint8_t)(((bits >> p) & 1) << 4);
+        }
+    from_vectors(r, n, c);
 }
 
 /* N rows of K elements of Q5_0 blocks (K a multiple of 128) rewritten in place as Q5_0_R */
 static void repack_q5_0(uint8_t *w, int64_t groups) {
     for (int64_t gi = 0; gi < groups; gi++) {
-        uint8_t *g = w + gi * 88, blocks[88], c[QR5];
+        uint8_t *g = w + gi * 88, blocks[88], c[QR5], r[QR5];
         memcpy(blocks, g, 88);
         for (int b = 0; b < 4; b++) {
             codes_c(T_Q5_0, blocks + 22 * b, 0, c + 32 * b);
             memcpy(g + 2 * b, blocks + 22 * b, 2);
         }
         for (int i = 0; i < QR5; i++) c[i] = (uint8_t)((int8_t)c[i] + 16);
+        to_vectors(c, QR5, r);
+        nibbles_pack(r, QR5, g + 8);
         for (int v = 0; v < 2; v++) {
             uint64_t bits = 0;
-            for (int p = 0; p < 64; p++) {
-                const int e = 8 * (p >> 2) + 4 * v + (p & 3);
-                bits |= (uint64_t)(c[e] >> 4) << p;
-                if (p < 32) g[8 + 32 * v + p] = (uint8_t)(c[e] & 0x0F);
-                else g[8 + 32 * v + p - 32] |= (uint8_t)((c[e] & 0x0F) << 4);
-            }
+            for (int p = 0; p < 64; p++) bits |= (uint64_t)(r[64 * v + p] >> 4) << p;
             memcpy(g + 72 + 8 * v, &bits, 8);
         }
     }
@@ -278,19 +287,16 @@ int aio_kq_repack(uint8_t *w, int64_t N, int64_t K, int type) {
     }
     if ((type != T_Q4_K && type != T_Q6_K) || !row_bytes(type, K)) return -1;
     const int64_t gb = group_bytes(type), groups = N * (K / QK_K);
-    const int codes_at = type == T_Q4_K ? 16 : 0;
     for (int64_t gi = 0; gi < groups; gi++) {
-        uint8_t *g = w + gi * gb, c[QK_K];
+        uint8_t *g = w + gi * gb, c[QK_K], r[QK_K];
         codes_stored(type, g, c);
-        for (int v = 0; v < 4; v++)
-            for (int b = 0; b < 32; b++)
-                g[codes_at + 32 * v + b] = (uint8_t)((c[repacked_elem(v, b)] & 0x0F) |
-                                                     ((c[repacked_elem(v, 32 + b)] & 0x0F) << 4));
+        to_vectors(c, QK_K, r);
+        nibbles_pack(r, QK_K, g + (type == T_Q4_K ? 16 : 0));
         if (type == T_Q6_K)
             for (int v = 0; v < 4; v++)
                 for (int i = 0; i < 16; i++) {
                     int top = 0;
-                    for (int t = 0; t < 4; t++) top |= (c[repacked_elem(v, 16 * t + i)] >> 4) << (2 * t);
+                    for (int t = 0; t < 4; t++) top |= (r[64 * v + 16 * t + i] >> 4) << (2 * t);
                     g[128 + 16 * v + i] = (uint8_t)top;
                 }
     }
@@ -443,15 +449,16 @@ static void quantize_act(const float *x, int64_t K, const act_t *a, int64_t m) {
     }
     if (!a->qr) return;
     int8_t *qr = a->qr + m * K;
-    for (int64_t g = 0; g < K / QR5; g++)
+    for (int64_t g = 0; g < K / QR5; g++) {
+        to_vectors((const uint8_t *)(q + g * QR5), QR5, (uint8_t *)(qr + g * QR5));
         for (int k = 0; k < 16; k++) {
             const int8_t *src = q + g * QR5 + 8 * k;
             int sum = 0;
             for (int i = 0; i < 8; i++) sum += src[i];
-            for (int v = 0; v < 2; v++) memcpy(qr + g * QR5 + 64 * v + 4 * k, src + 4 * v, 4);
             a->da[m * (K / 8) + g * 16 + k] = d[g * 4 + k / 4];
             a->b16[m * (K / 8) + g * 16 + k] = -16 * sum;
         }
+    }
 }
 
 /* The K-quants' activations, ggml's Q8_K: int8 per block of 256 (d = max|x| / 127, round half to even), the sums
@@ -462,7 +469,7 @@ typedef struct {
     float *dsum;   /* [M, K / 32] d * sum(q) */
     int16_t *bsum; /* [M, K / 16] sum(q) */
     /* for the repacked types (NULL when no part is one) */
-    int8_t *qr;    /* [M, K] in the repacked codes' order (repacked_elem) */
+    int8_t *qr;    /* [M, K] in the repacked codes' order (to_vectors) */
     float *dbs;    /* [M, K / 16] d * sum(q) (Q4_K_R's mins) */
     int32_t *b32;  /* [M, K / 16] -32 * sum(q) (Q6_K_R's - 32) */
 } actk_t;
@@ -488,8 +495,7 @@ static void quantize_act_k(const float *x, int64_t K, const actk_t *a) {
         for (int s = 0; s < 16; s++) a->bsum[g * 16 + s] = (int16_t)sums[s];
         for (int j = 0; j < 8; j++) a->dsum[g * 8 + j] = d * (float)(sums[2 * j] + sums[2 * j + 1]);
         if (!a->qr) continue;
-        for (int v = 0; v < 4; v++)
-            for (int k = 0; k < 16; k++) memcpy(a->qr + g * QK_K + 64 * v + 4 * k, q + 16 * k + 4 * v, 4);
+        to_vectors((const uint8_t *)q, QK_K, (uint8_t *)(a->qr + g * QK_K));
         for (int s = 0; s < 16; s++) {
             a->dbs[g * 16 + s] = d * (float)sums[s];
             a->b32[g * 16 + s] = -32 * sums[s];
