@@ -18,15 +18,17 @@ Two pairs:
 
 Measured, greedy, at batch 1 (the timed prompts one after another) and batch 8 (all at once): the target alone,
 the target with the draft at adaptive k (the engine's default: k in 0..4 chosen every step from measured
-acceptance and costs), at a fixed k = 4 for reference, and (family) ngram drafting at adaptive and fixed k. Each
+acceptance and costs), at a fixed k = 4 for reference, and (family) the draft scoring its whole vocabulary
+(draft_vocab_size=0; the default scores 32,768 ids and what it is fed) and ngram drafting at adaptive and fixed k. Each
 system is warmed up on other prompts of the same batch size (the adaptive controller learns its costs there), then
 timed best of two, interleaved, the order rotating between the two (no system always runs first). Greedy tokens
 of every speculative run are checked against the target alone's.
 
 Reported: acceptance rate (accepted / draft tokens), Leviathan's alpha (accepted / (accepted + rejections)), mean
 tokens per verification, per-position acceptance, the cost ratio c (a batch-1 decode step of the draft engine
-alone / of the target alone; 0 for ngram), Leviathan's predicted speedup (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))
-for the measured alpha, c and the mean k, and the measured speedups (target-alone time / speculative time).
+alone / of the target alone, up front; per speculative system, the engine's own measure of a draft forward / a target
+forward; 0 for ngram), Leviathan's predicted speedup (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) for the measured
+alpha, that c and the mean k, and the measured speedups (target-alone time / speculative time).
 """
 from __future__ import annotations
 
@@ -216,7 +218,9 @@ def build_systems(pair: str, quick: bool, seed: int) -> tuple[dict, Any, Workloa
         f"draft, fixed k = {MAX_K}": Engine.from_pretrained(
             target_path, draft=draft, num_speculative_tokens=MAX_K, speculative_adaptive=False, **args),
     }
-    if pair == "family":
+    if pair == "family":  # the draft scoring its whole vocabulary (draft_vocab_size=0), the default's baseline
+        systems[f"draft, full vocab, adaptive k <= {MAX_K}"] = Engine.from_pretrained(
+            target_path, draft=draft, num_speculative_tokens=MAX_K, draft_vocab_size=0, **args)
         systems[f"ngram, adaptive k <= {MAX_K}"] = Engine.from_pretrained(
             target_path, speculative="ngram", num_speculative_tokens=MAX_K, **args)
         systems[f"ngram, fixed k = {MAX_K}"] = Engine.from_pretrained(
@@ -275,7 +279,8 @@ def _check_tokens(best: dict[str, Run], batch: int) -> None:
 
 def report(runs: list[Run], c: float) -> list[dict]:
     rows = []
-    print(f"\n{'system':<28} {'batch':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'alpha':>6} {'mean k':>6} "
+    print(f"\n{'system':<34} {'batch':>5} {'tok/s':>8} {'speedup':>8} {'accept':>7} {'alpha':>6} {'c':>5} "
+          f"{'mean k':>6} "
           f"{'tok/verif':>9} {'predicted':>9} {'verify':>6} {'pred. v':>7}  per-position acceptance")
     for r in runs:
         base = next(b for b in runs if b.batch == r.batch and b.system == "target alone")
@@ -283,15 +288,17 @@ def report(runs: list[Run], c: float) -> list[dict]:
         speedup = base.seconds / r.seconds
         row: dict[str, Any] = {"system": r.system, "batch": r.batch, "seconds": round(r.seconds, 3),
                                "tok_s": round(tok_s, 1), "speedup": round(speedup, 3)}
-        line = f"{r.system:<28} {r.batch:>5} {tok_s:>8.1f} {speedup:>7.2f}x"
+        line = f"{r.system:<34} {r.batch:>5} {tok_s:>8.1f} {speedup:>7.2f}x"
         s = r.spec
         if s is not None:
-            c_system = 0.0 if s.method == "ngram" else c
+            # the engine's own measure of its draft forward where it has one (a reduced draft vocabulary makes it
+            # cheaper than the draft engine's plain step)
+            c_system = 0.0 if s.method == "ngram" else s.cost_ratio or c
             mean_k = s.num_draft_tokens / s.num_verifications if s.num_verifications else 0.0
             predicted = leviathan_speedup(s.alpha, mean_k, c_system) if s.num_verifications else 1.0
             v = r.verify_cost or 1.0
             predicted_v = predicted * (mean_k * c_system + 1) / (mean_k * c_system + v)
-            row.update(acceptance_rate=round(s.acceptance_rate, 3), alpha=round(s.alpha, 3),
+            row.update(acceptance_rate=round(s.acceptance_rate, 3), alpha=round(s.alpha, 3), c=round(c_system, 3),
                        mean_k=round(mean_k, 2),
                        tokens_per_verification=round(s.mean_tokens_per_verification, 2),
                        per_position_acceptance=[round(a, 3) for a in s.per_position_acceptance],
@@ -300,13 +307,14 @@ def report(runs: list[Run], c: float) -> list[dict]:
                        predicted_with_verify_cost=round(predicted_v, 3))
             positions = " ".join(f"{a:.2f}" if n else "-" for a, n in zip(s.per_position_acceptance,
                                                                         s.num_proposed_per_position))
-            line += (f" {s.acceptance_rate:>7.3f} {s.alpha:>6.3f} {mean_k:>6.2f} "
+            line += (f" {s.acceptance_rate:>7.3f} {s.alpha:>6.3f} {c_system:>5.3f} {mean_k:>6.2f} "
                      f"{s.mean_tokens_per_verification:>9.2f} {predicted:>8.2f}x {v:>6.2f} {predicted_v:>6.2f}x  {positions}"
                      f"  ({s.num_plain_decodes} plain decodes, {s.num_verifications} verifications)")
         print(line)
         rows.append(row)
     print("\nspeedup: target-alone time / this system's time, same prompts and tokens; predicted: Leviathan's "
-          "(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) at the measured alpha, c (0 for ngram) and mean k; verify: "
+          "(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) at the measured alpha, c and mean k; c: the engine's measured "
+          "draft forward / target forward, one token each (0 for ngram); verify: "
           "the measured cost of a verification step / a plain step (Leviathan: 1); pred. v: the prediction with "
           "it, (1 - alpha^(k+1)) / ((1 - alpha)(k c + verify))")
     return rows
@@ -320,7 +328,8 @@ def run(quick: bool = False, seed: int = 0, pair: str = "random") -> dict:
     step_target = decode_step_seconds(target, workload.c_prompt, steps)
     step_draft = decode_step_seconds(draft, workload.c_prompt, steps)
     c = step_draft / step_target
-    print(f"batch-1 decode step: target {step_target * 1e3:.2f} ms, draft {step_draft * 1e3:.2f} ms: c = {c:.3f}")
+    print(f"batch-1 decode step: target {step_target * 1e3:.2f} ms, draft engine alone (its whole vocabulary) "
+          f"{step_draft * 1e3:.2f} ms: c = {c:.3f}")
 
     runs = measure(systems, workload, repeats=1 if quick else 2)
     summary: dict[str, Any] = {"pair": pair, "quick": quick, "threads": torch.get_num_threads(), "c": round(c, 4),

@@ -147,6 +147,29 @@ def test_triton_backend_verifies_draft_tokens(pair, device):
     assert_no_leak(engine)
 
 
+def test_greedy_identity_with_a_reduced_draft_vocabulary(pair):
+    """The draft scores 64 of 512 ids plus the tokens it is fed: the target's greedy tokens are unchanged, the
+    draft never proposes a token outside its rows, and the rows grew with the prompts and outputs."""
+    target, draft = pair
+    prompts = make_prompts(512)
+    plain = greedy(Engine.from_pretrained(target), prompts)
+    engine = Engine.from_pretrained(target, draft=draft, speculative_adaptive=False, draft_vocab_size=64)
+    head = engine.speculator.proposer.runner.head
+    assert head is not None and head.num_rows <= 128
+    proposed: list[int] = []
+    original = engine.speculator.proposer.propose
+
+    def recording(items):
+        original(items)
+        proposed.extend(t for seq, _ in items for t in seq.spec_token_ids)
+
+    engine.speculator.proposer.propose = recording
+    assert greedy(engine, prompts) == plain
+    assert head.num_rows > 64 and proposed and all(head.slot[t] >= 0 for t in proposed)
+    assert engine.stats().speculative.num_accepted_tokens > 0
+    assert_no_leak(engine)
+
+
 def test_engine_as_draft_shares_its_weights(pair):
     target, draft = pair
     small = Engine.from_pretrained(draft)
@@ -282,15 +305,22 @@ def exact_marginals(path, prompt: list[int], params: SamplingParams, steps: int)
     return marginals
 
 
-@pytest.mark.parametrize("params", [SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True),
-                                    SamplingParams(max_tokens=4, temperature=0.8, top_k=12, top_p=0.9,
-                                                   ignore_eos=True)], ids=["plain", "top-k-top-p"])
-def test_speculative_sampling_matches_the_target_distribution(tiny_vocab_pair, params):
+@pytest.mark.parametrize("params,draft_vocab", [
+    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 0),
+    (SamplingParams(max_tokens=4, temperature=0.8, top_k=12, top_p=0.9, ignore_eos=True), 0),
+    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 4)],
+    ids=["plain", "top-k-top-p", "plain-reduced-draft-vocabulary"])
+def test_speculative_sampling_matches_the_target_distribution(tiny_vocab_pair, params, draft_vocab):
     """Output tokens 2 and 3 come from verification (token 1 from the prefill): over 2,000 fixed seeds their
-    empirical distributions match the target's exact marginals (chi-square)."""
+    empirical distributions match the target's exact marginals (chi-square). With a reduced draft vocabulary (ids
+    0-3, the prompt's tokens, then what the draft is fed, at most 8 of 24) the draft's q is zero outside its rows:
+    the residual distribution must supply those tokens."""
     target, draft = tiny_vocab_pair
     prompt = [3, 9, 4, 17, 5]
-    engine = Engine.from_pretrained(target, draft=draft, num_speculative_tokens=2, speculative_adaptive=False)
+    engine = Engine.from_pretrained(target, draft=draft, num_speculative_tokens=2, speculative_adaptive=False,
+                                    draft_vocab_size=draft_vocab)
+    head = engine.speculator.proposer.runner.head
+    assert (head is not None) == bool(draft_vocab)
     n = 2000
     seeded = [SamplingParams(**{**params.__dict__, "seed": seed}) for seed in range(n)]
     outs = engine.generate([prompt] * n, seeded)

@@ -35,6 +35,11 @@ class EngineConfig:
     speculative_adaptive: bool = True
     ngram_min: int = 1
     ngram_max: int = 3
+    # The draft model scores this many token ids (the commonest: the lowest ids), the special tokens and the tokens
+    # it is fed from then on, up to twice as many, instead of its whole vocabulary (tiers/engine/spec_decode/
+    # draft_head.py; EAGLE-3's draft vocabulary is 32,768). Never changes an output: the target verifies every
+    # draft token. 0, or a vocabulary of at most twice this: the full output matrix.
+    draft_vocab_size: int = 32768
     # Weight-only quantization of the attention and MLP projections (embeddings, lm_head and norms stay float in
     # `dtype`). "auto": as the checkpoint stores them: float checkpoints run float, AutoAWQ checkpoints and a GGUF
     # file's Q4_0/Q4_1 projections run natively as INT4 (a GGUF's other types are dequantized to float).
@@ -125,5 +130,8 @@ class EngineConfig:
         if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
             raise ValueError(f"num_speculative_tokens must be in 1..{MAX_SPECULATIVE_TOKENS}, "
                              f"got {self.num_speculative_tokens}")
+        if self.draft_vocab_size < 0:
+            raise ValueError(f"draft_vocab_size must be >= 0 (0: the draft's whole vocabulary), got "
+                             f"{self.draft_vocab_size}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")

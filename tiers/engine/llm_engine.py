@@ -62,7 +62,8 @@ class Engine:
         self.max_model_len = resolve_max_model_len(config, self.model_config, self.runner.num_blocks)
         self.runner.model.build_rotary(self.max_model_len + 1, device)
         self.runner.capture_cuda_graphs(config, self.max_model_len)
-        self.speculator = _speculator(config, draft_model, self.runner, self.max_model_len)
+        self.speculator = _speculator(config, draft_model, self.runner, self.max_model_len,
+                                      _special_token_ids(self.model_config, self.tokenizer))
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.processor = InputProcessor(self.path, self.tokenizer, self.model_config, self.max_model_len, config.seed,
@@ -251,9 +252,16 @@ def _draft_model(config: EngineConfig, draft: str | Path | Engine | None, target
     return load_draft_model(Path(draft), target)
 
 
+def _special_token_ids(model_config: ModelConfig, tokenizer: Any) -> tuple[int, ...]:
+    """End-of-sequence and the tokenizer's special tokens: a draft head keeps them whatever their ids."""
+    special = getattr(tokenizer, "all_special_ids", None) or ()
+    return tuple(model_config.eos_token_ids) + tuple(special)
+
+
 def _speculator(config: EngineConfig, draft_model: tuple[LlamaForCausalLM, ModelConfig] | None,
-                runner: ModelRunner, max_model_len: int) -> Speculator | None:
+                runner: ModelRunner, max_model_len: int, special_ids: tuple[int, ...]) -> Speculator | None:
     if config.speculative is None:
         return None
-    draft_runner = DraftRunner(*draft_model, runner, max_model_len + 1) if draft_model else None
+    draft_runner = (DraftRunner(*draft_model, runner, max_model_len + 1, config.draft_vocab_size, special_ids)
+                    if draft_model else None)
     return Speculator(config, draft_runner)

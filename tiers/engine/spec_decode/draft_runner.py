@@ -3,22 +3,28 @@
 Both models address KV by token position through the same block tables, so the draft's pool has the target's
 number of blocks and needs no block manager of its own. The draft's weights may belong to another engine (the
 small tier drafting for the large one): its caches travel with each forward, never bound to the shared layers.
+Its logits come from a DraftHead (the output matrix cut to the tokens the draft is likely to propose) where the
+vocabulary is large enough for that to pay; every token fed to the draft is offered to the head's rows.
 """
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 
 from tiers.engine.input_batch import ForwardChunk, prepare_inputs
 from tiers.engine.kv_cache import KVCache
 from tiers.engine.model_runner import ModelRunner
+from tiers.engine.spec_decode.draft_head import DraftHead
 from tiers.models.config import ModelConfig
 from tiers.models.llama import LlamaForCausalLM
 
 
 class DraftRunner:
     def __init__(self, model: LlamaForCausalLM, model_config: ModelConfig, target: ModelRunner,
-                 max_positions: int) -> None:
-        """Runs on the target runner's device, dtype, attention backend and number of blocks."""
+                 max_positions: int, draft_vocab_size: int = 0, always: Iterable[int] = ()) -> None:
+        """Runs on the target runner's device, dtype, attention backend and number of blocks. draft_vocab_size,
+        always: DraftHead's size and always-kept tokens (0: the full output matrix)."""
         self.model, self.model_config = model, model_config
         self.block_size, self.device, self.dtype = target.block_size, target.device, target.dtype
         self.attention_backend = target.attention_backend
@@ -27,15 +33,21 @@ class DraftRunner:
             # A longer table has the same values at every position, so an engine sharing the model is unaffected.
             model.build_rotary(max_positions, self.device)
         self.kv_cache = KVCache(model_config, target.num_blocks, self.block_size, self.dtype, self.device)
+        vocab = model_config.vocab_size
+        self.head = (DraftHead(model.lm_head, vocab, draft_vocab_size, always)
+                     if DraftHead.applies(model.lm_head, vocab, draft_vocab_size) else None)
 
     @torch.inference_mode()
     def last_logits(self, chunks: list[ForwardChunk]) -> torch.Tensor:
         """Writes the chunks' KV into the draft pool; returns the logits after each chunk's last token, in the
-        order of `chunks` ([len(chunks), vocab], float32)."""
+        order of `chunks` ([len(chunks), vocab], float32; -inf for the tokens outside the draft head's rows)."""
+        if self.head is not None:
+            self.head.add(torch.tensor([t for c in chunks for t in c.token_ids], dtype=torch.long))
         inputs = prepare_inputs(chunks, self.attention_backend, self.kv_cache.layers, self.block_size, self.device,
                                 self.dtype)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn_metadata)
         rows = [0] * len(chunks)
         for j, i in enumerate(inputs.order):
             rows[i] = inputs.last_rows[j]
-        return self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])
+        last = hidden[torch.tensor(rows, device=self.device)]
+        return self.head.logits(last) if self.head is not None else self.model.compute_logits(last)

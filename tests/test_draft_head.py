@@ -1,0 +1,81 @@
+"""DraftHead: the draft's output matrix cut to some tokens computes each kept token's logit as the full head does (the
+native kernels: bit for bit, each row's dot product alone; a float head: torch's GEMM, whose blocking may follow the
+row count), -inf for the others, and keeps the tokens it is offered up to its capacity."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.kquant_helpers import make_blocks
+from tiers.engine.spec_decode.draft_head import DraftHead
+from tiers.native import native_library
+from tiers.quantization.int8 import quantize_int8
+from tiers.quantization.kquant import KQuantWeight
+from tiers.quantization.linear import QuantizedLinear
+
+VOCAB, HIDDEN, SIZE = 1000, 256, 100
+needs_native = pytest.mark.skipif(native_library() is None, reason="the native kernel does not build here")
+
+
+def float_head() -> nn.Linear:
+    torch.manual_seed(0)
+    head = nn.Linear(HIDDEN, VOCAB, bias=False)
+    nn.init.normal_(head.weight, std=0.05)
+    return head
+
+
+def heads() -> list:
+    out = [pytest.param(float_head, id="float")]
+    out.append(pytest.param(lambda: QuantizedLinear(quantize_int8(float_head().weight, blockwise=True),
+                                                    kernel="cpu_w8a32"), id="int8-w8a32", marks=needs_native))
+    out.append(pytest.param(lambda: QuantizedLinear(quantize_int8(float_head().weight, blockwise=True),
+                                                    kernel="cpu_w8a8"), id="int8-w8a8", marks=needs_native))
+    blocks = lambda: torch.from_numpy(make_blocks("Q6_K", VOCAB, HIDDEN, np.random.default_rng(0)))
+    out.append(pytest.param(lambda: QuantizedLinear(KQuantWeight([("Q6_K", blocks())], HIDDEN)), id="q6_k",
+                            marks=needs_native))
+    return out
+
+
+@pytest.mark.parametrize("make_head", heads())
+def test_kept_logits_are_the_full_heads(make_head):
+    head = make_head()
+    draft = DraftHead(head, VOCAB, SIZE, always=(998, 5))
+    draft.add(torch.tensor([700, 701, 700, 5, -3, VOCAB + 4]))  # repeats, kept ones and ids out of range
+    kept = torch.cat((torch.arange(SIZE), torch.tensor([998, 700, 701])))
+    assert draft.num_rows == len(kept) and sorted(draft.token_ids[:draft.num_rows].tolist()) == sorted(kept.tolist())
+    torch.manual_seed(1)
+    for rows in (1, 3):
+        x = torch.randn(rows, HIDDEN)
+        with torch.no_grad():
+            full = head(x).float()
+        got = draft.logits(x)
+        assert got.shape == (rows, VOCAB) and got.dtype == torch.float32
+        if isinstance(head, QuantizedLinear):
+            assert torch.equal(got[:, kept], full[:, kept])
+        else:
+            torch.testing.assert_close(got[:, kept], full[:, kept], rtol=1e-5, atol=1e-6)
+        outside = torch.ones(VOCAB, dtype=torch.bool)
+        outside[kept] = False
+        assert torch.isneginf(got[:, outside]).all()
+    assert draft.logits(torch.randn(1, HIDDEN)).argmax().item() in set(kept.tolist())
+
+
+def test_rows_stop_at_twice_the_size_and_the_source_is_untouched():
+    head = float_head()
+    before = head.weight.clone()
+    draft = DraftHead(head, VOCAB, SIZE)
+    draft.add(torch.arange(SIZE, VOCAB))
+    assert draft.num_rows == 2 * SIZE
+    assert draft.token_ids[:draft.num_rows].tolist() == list(range(2 * SIZE))  # first offered, first kept
+    assert torch.equal(head.weight, before)
+    draft.add(torch.tensor([900]))  # full: ignored
+    assert draft.slot[900] == -1 and torch.isneginf(draft.logits(torch.randn(1, HIDDEN))[0, 900])
+
+
+def test_applies_only_where_it_can_pay_and_compute_exactly():
+    head = float_head()
+    assert DraftHead.applies(head, VOCAB, SIZE)
+    assert not DraftHead.applies(head, VOCAB, 0)  # switched off
+    assert not DraftHead.applies(head, VOCAB, VOCAB // 2)  # twice the size covers the vocabulary
+    biased = nn.Linear(HIDDEN, VOCAB)
+    assert not DraftHead.applies(biased, VOCAB, SIZE)

@@ -1,0 +1,89 @@
+"""The draft's output matrix cut to the tokens it is likely to propose (a reduced draft vocabulary, as EAGLE-3 and
+FR-Spec draft).
+
+Policy: a small draft's output matrix is a large share of its step (the family's 0.5B: 151,936 rows of 896, a
+third of its decode step on CPU), and the target verifies every draft token, so the draft may score fewer tokens
+without changing any output. Greedy tokens stay the target's; a sampled draft token comes from the draft's
+distribution over its rows (zero elsewhere), which rejection sampling corrects exactly like any other q. A token
+outside the rows is never proposed: its position costs a rejection, never a wrong token.
+
+The rows: the first `size` token ids (byte-level BPE and SentencePiece vocabularies number their tokens in merge or
+score order, the commonest first), the special tokens, and every token the draft is fed from then on (prompts and
+accepted tokens: what a conversation writes, it tends to write again), until the rows reach twice `size`. A
+vocabulary of at most twice `size` keeps the full matrix.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tiers.quantization import cpu_native, kquant
+from tiers.quantization.kquant import KQuantWeight
+from tiers.quantization.linear import QuantizedLinear
+
+RowsMatmul = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (hidden [M, K], rows) -> float32 [M, n]
+
+
+def _row_format(head: nn.Module) -> tuple[torch.Tensor, RowsMatmul] | None:
+    """The head's weight as one tensor of vocabulary rows, and its product with a slice of those rows computed as
+    the head computes it (the same kernel, so each kept token's logit is the full head's); None: a head whose rows
+    are not one tensor (torch's packed kernels, a weight of several block types)."""
+    if isinstance(head, nn.Linear) and head.bias is None:
+        return head.weight, lambda x, rows: F.linear(x.to(rows.dtype), rows).float()
+    if not isinstance(head, QuantizedLinear) or head.bias is not None:
+        return None
+    if head.kernel in ("cpu_w8a32", "cpu_w8a8", "cpu_w4a8"):
+        w8, f32 = head.mode == "int8", head.impl.float_activations
+        return head.qweight, lambda x, rows: cpu_native.gemm(head.native, x, rows, head.in_features, w8, f32)
+    if head.kernel == "cpu_kq" and len(head.kq.parts) == 1:
+        kind = head.kq.parts[0][0]
+        return head.kq.parts[0][1], lambda x, rows: kquant.gemm(head.native, x,
+                                                                KQuantWeight([(kind, rows)], head.in_features))
+    return None
+
+
+class DraftHead:
+    def __init__(self, head: nn.Module, vocab_size: int, size: int, always: Iterable[int] = ()) -> None:
+        """head: the draft model's output matrix (not modified: it may be another engine's). size: see the module
+        docstring; `always`: token ids kept from the start (end-of-sequence and special tokens)."""
+        fmt = _row_format(head)
+        assert fmt is not None and 0 < 2 * size < vocab_size
+        self.source, self._matmul = fmt[0].detach(), fmt[1]
+        self.vocab_size, self.capacity = vocab_size, 2 * size
+        self.rows = self.source.new_empty((self.capacity, *self.source.shape[1:]))
+        device = self.source.device
+        self.token_ids = torch.empty(self.capacity, dtype=torch.long, device=device)  # row -> token id
+        self.slot = torch.full((vocab_size,), -1, dtype=torch.long, device=device)  # token id -> row, or -1
+        self.num_rows = 0
+        self.add(torch.arange(size, device=device))
+        self.add(torch.tensor([t for t in always if 0 <= t < vocab_size], dtype=torch.long, device=device))
+
+    @staticmethod
+    def applies(head: nn.Module, vocab_size: int, size: int) -> bool:
+        return size > 0 and 2 * size < vocab_size and _row_format(head) is not None
+
+    def add(self, token_ids: torch.Tensor) -> None:
+        """Gives the tokens not yet kept a row each, while rows are left."""
+        ids = token_ids.to(self.slot.device).unique()
+        ids = ids[(ids >= 0) & (ids < self.vocab_size)]
+        new = ids[self.slot[ids] < 0][:self.capacity - self.num_rows]
+        if new.numel() == 0:
+            return
+        start, end = self.num_rows, self.num_rows + new.numel()
+        self.rows[start:end] = self.source[new]
+        self.token_ids[start:end] = new
+        self.slot[new] = torch.arange(start, end, device=new.device)
+        self.num_rows = end
+
+    @torch.no_grad()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[M, hidden] -> float32 [M, vocab]: the kept tokens' logits as the full head computes them, -inf
+        elsewhere."""
+        n = self.num_rows
+        kept = self._matmul(hidden, self.rows[:n])
+        out = torch.full((hidden.shape[0], self.vocab_size), float("-inf"), dtype=torch.float32,
+                         device=kept.device)
+        return out.index_copy_(1, self.token_ids[:n], kept)
