@@ -79,3 +79,4 @@ def test_applies_only_where_it_can_pay_and_compute_exactly():
     assert not DraftHead.applies(head, VOCAB, VOCAB // 2)  # twice the size covers the vocabulary
     biased = nn.Linear(HIDDEN, VOCAB)
     assert not DraftHead.applies(biased, VOCAB, SIZE)
+    assert not DraftHead.applies(nn.Linear(HIDDEN, VOCAB, bias=False, device="meta"), VOCAB, SIZE)  # not on CPU

@@ -38,7 +38,7 @@ class EngineConfig:
     # The draft model scores this many token ids (the commonest: the lowest ids), the special tokens and the tokens
     # it is fed from then on, up to twice as many, instead of its whole vocabulary (tiers/engine/spec_decode/
     # draft_head.py; EAGLE-3's draft vocabulary is 32,768). Never changes an output: the target verifies every
-    # draft token. 0, or a vocabulary of at most twice this: the full output matrix.
+    # draft token. 0, a vocabulary of at most twice this, or a draft on a GPU: the full output matrix.
     draft_vocab_size: int = 32768
     # Weight-only quantization of the attention and MLP projections (embeddings, lm_head and norms stay float in
     # `dtype`). "auto": as the checkpoint stores them: float checkpoints run float, AutoAWQ checkpoints and a GGUF

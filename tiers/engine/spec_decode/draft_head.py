@@ -10,7 +10,8 @@ outside the rows is never proposed: its position costs a rejection, never a wron
 The rows: the first `size` token ids (byte-level BPE and SentencePiece vocabularies number their tokens in merge or
 score order, the commonest first), the special tokens, and every token the draft is fed from then on (prompts and
 accepted tokens: what a conversation writes, it tends to write again), until the rows reach twice `size`. A
-vocabulary of at most twice `size` keeps the full matrix.
+vocabulary of at most twice `size` keeps the full matrix, and so does a head on a GPU: there the output matrix is a
+smaller share of a memory-bound step, and its rows would take memory the KV pool was sized without.
 """
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ class DraftHead:
 
     @staticmethod
     def applies(head: nn.Module, vocab_size: int, size: int) -> bool:
-        return size > 0 and 2 * size < vocab_size and _row_format(head) is not None
+        fmt = _row_format(head)
+        return size > 0 and 2 * size < vocab_size and fmt is not None and fmt[0].device.type == "cpu"
 
     def add(self, token_ids: torch.Tensor) -> None:
         """Gives the tokens not yet kept a row each, while rows are left."""
