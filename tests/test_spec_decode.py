@@ -456,3 +456,27 @@ def test_adaptive_k_probes_less_while_speculation_keeps_losing():
 
     assert probes(4000) <= 12
     assert probes(4000) < probes(4000 // 8) * 8 / 2  # far fewer than a constant rate would give
+
+
+def test_adaptive_k_skips_probes_whose_draft_catch_up_costs_too_much():
+    """A probe of k > 0 makes the draft catch up on every token it skipped: with 8 requests 30 tokens behind (240
+    tokens, measured at 12 s of draft time; the budget is 0.1 x 32 plain steps of 3 s) the controller does not probe;
+    with the draft caught up it probes as before."""
+    def probes(behind: int) -> int:
+        controller = SpecController(max_k=4)
+        for tokens, seconds in [(1, 1.0), (3, 1.05), (5, 2.0), (8, 3.0), (16, 6.0), (32, 12.0), (40, 15.0)]:
+            controller.observe_target(tokens, seconds)
+        controller.observe_draft(8, 0.3)
+        controller.observe_draft(240, 12.0)
+        count = 0
+        for _ in range(1000):
+            seqs = decoding_sequences(8, 0.9)
+            for seq in seqs:
+                seq.num_draft_computed_tokens = seq.num_tokens - 1 - behind
+            k = controller.plan(seqs, 1024, 0)
+            controller.observe_target(8 * (1 + k), 3.0 * (1 + k) * 0.95)
+            count += k > 0
+        return count
+
+    assert probes(30) == 0
+    assert probes(0) > 0

@@ -22,6 +22,8 @@ EXPLORE_EVERY = 32  # steps: re-measure a step size (k = 0 included) the cost mo
 STALE_AFTER = 4 * EXPLORE_EVERY  # steps after which a measurement counts as old, doubled (up to MAX_STALE_AFTER)
 MAX_STALE_AFTER = 64 * EXPLORE_EVERY  # each time a re-measurement leaves k = 0 the best: each probe of k > 0
 # makes the draft catch up on every token it skipped, which costs more than the probe's own step
+PROBE_BUDGET = 0.1  # a probe of k > 0 waits while the draft's catch-up would cost more than this share of
+# EXPLORE_EVERY plain steps (batch 8 after a while at k = 0: ~600 tokens, 2 s of a 0.5B draft on 2 CPU threads)
 
 
 @dataclass
@@ -152,12 +154,13 @@ class SpecController:
         for k, _, tokens in candidates:
             if not self.target_cost.has_bucket(tokens):
                 return k
+        affordable = self._catch_up_affordable(decoding, candidates[0][2])
         if phase == 0:
             for k, _, tokens in candidates:
-                if not self.target_cost.knows(tokens, self.num_steps, self.stale_after):
+                if not self.target_cost.knows(tokens, self.num_steps, self.stale_after) and (k == 0 or affordable):
                     self.probed = self.probed or k > 0
                     return k
-        if (phase == EXPLORE_EVERY // 2 and self.draft_has_cost
+        if (phase == EXPLORE_EVERY // 2 and self.draft_has_cost and affordable
                 and not self.draft_cost.knows(len(decoding), self.num_steps, self.stale_after)):
             self.probed = True
             return min(2, self.max_k)  # and the draft's cost
@@ -176,6 +179,15 @@ class SpecController:
                 best_k, best_rate = k, rate
         self._back_off(best_k)
         return best_k
+
+    def _catch_up_affordable(self, decoding: list[tuple[Sequence, int, float]], plain_tokens: int) -> bool:
+        """Whether a probe of k > 0 is worth its draft catch-up (every token the draft skipped while k was 0): at
+        most PROBE_BUDGET of EXPLORE_EVERY plain steps, by the measured costs (unknown costs: yes)."""
+        if not self.draft_has_cost:
+            return True
+        behind = sum(max(0, seq.num_tokens - 1 - seq.num_draft_computed_tokens) for seq, _, _ in decoding)
+        catch_up, plain = self.draft_cost.estimate(behind), self.target_cost.estimate(plain_tokens)
+        return behind == 0 or catch_up is None or plain is None or catch_up <= PROBE_BUDGET * EXPLORE_EVERY * plain
 
     def _back_off(self, best_k: int) -> None:
         """Re-measure less often while re-measurements keep confirming that speculation does not pay."""
