@@ -84,6 +84,34 @@ def test_paged_attention_matches_the_torch_backend():
     assert torch.equal(native_caches[0], caches[0]) and torch.equal(native_caches[1], caches[1])  # same KV stored
 
 
+def test_paged_attention_gives_the_same_bits_however_its_heads_are_split():
+    """A decode token's query heads are split between the threads when its KV heads alone are too few tasks (6
+    query heads over 2 KV heads: parts of 3, 2 + 1 or 1 + 1 + 1 for 1, 2 or 4 threads): every head's arithmetic is
+    the same, so the same bits, and the torch backend's values."""
+    torch.manual_seed(3)
+    h, hkv, d, bs, num_blocks = 6, 2, 64, 4, 8
+    layout = BatchLayout([[3, 0, 7, 5]], [13], [0, 1], [5 * bs], bs)
+    q, k, v = torch.randn(1, h, d), torch.randn(1, hkv, d), torch.randn(1, hkv, d)
+    caches = [torch.randn(num_blocks, bs, hkv, d) for _ in range(2)]
+    cpu = torch.device("cpu")
+    torch_backend = get_attention_backend("torch", cpu)
+    want = torch_backend.forward(q, k, v, *[c.clone() for c in caches],
+                                 torch_backend.prepare_metadata(layout, [caches], cpu, torch.float32), 0.125)
+    backend = NativeCPUAttentionBackend(native_library())
+    results = []
+    for threads in (1, 2, 4):
+        native_caches = [c.clone() for c in caches]
+        meta = backend.prepare_metadata(layout, [native_caches], cpu, torch.float32)
+        torch.set_num_threads(threads)
+        try:
+            results.append(paged_attention(backend.native, q, k, v, *native_caches, meta.slot_mapping,
+                                           *meta.token_tables, 0.125))
+        finally:
+            torch.set_num_threads(1)
+    assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
+    torch.testing.assert_close(results[0], want, rtol=1e-5, atol=1e-5)
+
+
 def test_one_call_layer_equals_the_native_ops_one_by_one(llama_path):
     engine = Engine.from_pretrained(llama_path, quantization="int4", quantization_group_size=32, max_model_len=128)
     layers = engine.runner.model.layers

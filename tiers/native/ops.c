@@ -90,52 +90,71 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
         longest = visible[i] > longest ? visible[i] : longest;
         work += visible[i];
     }
+    /* a task: one token's query heads of one KV head (or a part of them, while the tokens and KV heads alone give
+     * the threads too few tasks), each K / V row read once for all of them; every head's arithmetic is the same
+     * as alone, in the same order */
     const int group = num_heads / num_kv_heads;
-    const int64_t tasks = num_tokens * num_heads;
+    int64_t split = (2 * (int64_t)nthreads + num_tokens * num_kv_heads - 1) / (num_tokens * num_kv_heads);
+    split = split < 1 ? 1 : split > group ? group : split;
+    const int per = (int)((group + split - 1) / split);
+    const int64_t parts = (group + per - 1) / per, tasks = num_tokens * num_kv_heads * parts;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads) if (work * num_heads * head_dim >= 32768)
     {
-        float *scores = (float *)malloc(sizeof(float) * longest);
-        float *acc = (float *)malloc(sizeof(float) * head_dim);
-#pragma omp for schedule(dynamic, 4)
+        float *scores = (float *)malloc(sizeof(float) * longest * per);
+        float *acc = (float *)malloc(sizeof(float) * head_dim * per);
+        float *top = (float *)malloc(sizeof(float) * per), *total = (float *)malloc(sizeof(float) * per);
+#pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < tasks; task++) {
-            if (!scores || !acc) { /* every thread still takes part in the loop */
+            if (!scores || !acc || !top || !total) { /* every thread still takes part in the loop */
 #pragma omp atomic write
                 failed = 1;
                 continue;
             }
-            const int64_t i = task / num_heads, len = visible[i];
-            const int h = (int)(task % num_heads), kvh = h / group;
+            const int64_t i = task / (num_kv_heads * parts), len = visible[i];
+            const int kvh = (int)(task / parts % num_kv_heads), h0 = kvh * group + (int)(task % parts) * per;
+            const int nh = h0 + per <= (kvh + 1) * group ? per : (kvh + 1) * group - h0;
             const int64_t *table = block_tables + token_seq[i] * max_blocks;
-            const float *qh = q + i * q_stride + (int64_t)h * head_dim;
-            float top = -INFINITY;
+            const float *q0 = q + i * q_stride + (int64_t)h0 * head_dim;
+            for (int g = 0; g < nh; g++) top[g] = -INFINITY;
             for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, blk++) {
                 const float *kb = k_cache + (table[blk] * block_size * kv_row) + (int64_t)kvh * head_dim;
                 const int64_t n = len - t0 < block_size ? len - t0 : block_size;
-                for (int64_t j = 0; j < n; j++) {
-                    const float sc = dot_lanes(qh, kb + j * kv_row, head_dim) * scale;
-                    scores[t0 + j] = sc;
-                    top = sc > top ? sc : top;
-                }
+                for (int64_t j = 0; j < n; j++)
+                    for (int g = 0; g < nh; g++) {
+                        const float sc = dot_lanes(q0 + (int64_t)g * head_dim, kb + j * kv_row, head_dim) * scale;
+                        scores[g * longest + t0 + j] = sc;
+                        top[g] = sc > top[g] ? sc : top[g];
+                    }
             }
-            for (int64_t j = 0; j < len; j++) scores[j] = exp_vec(scores[j] - top);
-            float total = 0.0f;
-            for (int d = 0; d < head_dim; d++) acc[d] = 0.0f;
+            for (int g = 0; g < nh; g++) {
+                float *sg = scores + g * longest;
+                for (int64_t j = 0; j < len; j++) sg[j] = exp_vec(sg[j] - top[g]);
+                total[g] = 0.0f;
+            }
+            for (int64_t d = 0; d < (int64_t)nh * head_dim; d++) acc[d] = 0.0f;
             for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, blk++) {
                 const float *vb = v_cache + (table[blk] * block_size * kv_row) + (int64_t)kvh * head_dim;
                 const int64_t n = len - t0 < block_size ? len - t0 : block_size;
                 for (int64_t j = 0; j < n; j++) {
-                    const float p = scores[t0 + j];
-                    total += p;
                     const float *vt = vb + j * kv_row;
-                    for (int d = 0; d < head_dim; d++) acc[d] += p * vt[d];
+                    for (int g = 0; g < nh; g++) {
+                        const float p = scores[g * longest + t0 + j];
+                        float *ag = acc + (int64_t)g * head_dim;
+                        total[g] += p;
+                        for (int d = 0; d < head_dim; d++) ag[d] += p * vt[d];
+                    }
                 }
             }
-            float *o = out + (i * num_heads + h) * (int64_t)head_dim;
-            for (int d = 0; d < head_dim; d++) o[d] = acc[d] / total;
+            for (int g = 0; g < nh; g++) {
+                float *o = out + (i * num_heads + h0 + g) * (int64_t)head_dim;
+                for (int d = 0; d < head_dim; d++) o[d] = acc[(int64_t)g * head_dim + d] / total[g];
+            }
         }
         free(scores);
         free(acc);
+        free(top);
+        free(total);
     }
     return failed ? -1 : 0;
 }
