@@ -123,6 +123,22 @@ def test_one_call_layer_equals_the_native_ops_one_by_one(llama_path):
     assert engine_greedy(engine, prompts) == fused
 
 
+def test_the_decoder_stack_in_one_call_equals_the_layers_one_by_one(llama_path, monkeypatch):
+    from tiers.native.layer import NativeStack
+
+    engine = Engine.from_pretrained(llama_path, quantization="int4", quantization_group_size=32, max_model_len=128)
+    model = engine.runner.model
+    assert model.native_stack is not None
+    calls = []
+    forward = NativeStack.forward
+    monkeypatch.setattr(NativeStack, "forward", lambda self, *a: calls.append(1) or forward(self, *a))
+    prompts = make_prompts(engine.model_config.vocab_size)
+    stacked = engine_greedy(engine, prompts)
+    assert calls  # the steps ran as one call
+    model.native_stack = None  # one call per layer
+    assert engine_greedy(engine, prompts) == stacked
+
+
 @pytest.mark.parametrize("weights", ["int4", "gguf blocks"])
 def test_a_qkv_bias_and_gguf_blocks_take_the_one_call_layer(checkpoint_dir, tmp_path, weights):
     """Qwen2's q/k/v bias is added inside the one-call layer, and GGUF K-quant / Q5_0 / Q8_0 projections (cpu_kq,

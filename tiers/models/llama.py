@@ -13,7 +13,7 @@ from tiers.attention.layer import PagedAttention
 from tiers.models.config import ModelConfig
 from tiers.models.rotary import RotaryEmbedding, apply_rotary_one
 from tiers.native import NativeLibrary
-from tiers.native.layer import NativeLayer
+from tiers.native.layer import NativeLayer, NativeStack
 from tiers.native.ops import MAX_HEAD_DIM, rmsnorm, rotary_, silu_mul
 
 
@@ -174,6 +174,8 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary: RotaryEmbedding | None = None
+        self.native: NativeLibrary | None = None  # set by use_native_ops
+        self.native_stack: NativeStack | None = None  # every layer a NativeLayer: the stack in one call
 
     def use_native_ops(self, native: NativeLibrary) -> None:
         """Norms, rotary and SiLU-and-mul from the native library (tiers/native/ops.c) on float32 CPU rows: one
@@ -185,6 +187,9 @@ class LlamaForCausalLM(nn.Module):
                 module.native = native
             if isinstance(module, LlamaDecoderLayer) and NativeLayer.supports(module):
                 module.native_layer = NativeLayer(module)
+        self.native = native
+        if all(layer.native_layer is not None for layer in self.layers):
+            self.native_stack = NativeStack([layer.native_layer for layer in self.layers])
 
     def build_rotary(self, max_positions: int, device: torch.device) -> None:
         """Called after the weights are on their device (the module is built on the meta device)."""
@@ -200,9 +205,20 @@ class LlamaForCausalLM(nn.Module):
             for layer in self.layers:
                 x, residual = layer.forward_fused(x, residual, rope, meta)
             return self.norm(x) if residual is None else self.norm.add_forward(x, residual)[0]
-        for layer in self.layers:
-            x = layer(x, rope, meta)
+        if self._stack_runs(x, rope, meta):
+            x = self.native_stack.forward(self.native, x, rope, meta.kv_caches, meta.slot_mapping, meta.token_tables)
+        else:
+            for layer in self.layers:
+                x = layer(x, rope, meta)
         return self.norm(x)
+
+    def _stack_runs(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata) -> bool:
+        """Whether this step's layers run as one native call: each layer would take its own one-call path."""
+        stack = self.native_stack
+        return (stack is not None and getattr(meta, "token_tables", None) is not None
+                and _native_rows(self.native, x) and x.is_contiguous() and rope[0].dtype == torch.float32
+                and all(layer.native_layer is native for layer, native in zip(self.layers, stack.layers))
+                and stack.runs(x.shape[0]))
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()

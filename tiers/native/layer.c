@@ -100,3 +100,17 @@ done:
     free(delta);
     return rc;
 }
+
+/* layers[0 .. n-1] of one step in turn, layer l with its KV caches k_caches[l], v_caches[l]: a model's decoder
+ * stack in one call. Returns 0 or the first failing layer's code. */
+int aio_llama_layers(const aio_layer *const *layers, int n, float *x, int64_t T, const float *cos,
+                     const float *signed_sin, float *const *k_caches, float *const *v_caches, int block_size,
+                     const int64_t *slot_mapping, const int64_t *token_seq, const int64_t *visible,
+                     const int64_t *block_tables, int64_t max_blocks, int nthreads) {
+    for (int l = 0; l < n; l++) {
+        const int rc = aio_llama_layer(layers[l], x, T, cos, signed_sin, k_caches[l], v_caches[l], block_size,
+                                       slot_mapping, token_seq, visible, block_tables, max_blocks, nthreads);
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -77,10 +77,41 @@ class NativeLayer:
             k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], slot_mapping.data_ptr(),
             token_seq.data_ptr(), visible.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
             torch.get_num_threads())
-        if status:
-            raise NativeKernelError("out of memory in the native decoder layer" if status == -1 else
-                                    "a projection's kernel does not take its weight's block type or shape")
+        _check(status)
         return x
+
+
+class NativeStack:
+    """A model's decoder layers, every one a NativeLayer, as one native call per step (aio_llama_layers): the
+    Python-level call, checks and argument conversion of each layer paid once per step."""
+
+    def __init__(self, layers: list[NativeLayer]) -> None:
+        self.layers = layers
+        self.structs = (ctypes.c_void_p * len(layers))(*(ctypes.addressof(layer.struct) for layer in layers))
+
+    def runs(self, rows: int) -> bool:
+        return all(layer.runs(rows) for layer in self.layers)
+
+    def forward(self, native: NativeLibrary, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                kv_caches: list[tuple[torch.Tensor, torch.Tensor]], slot_mapping: torch.Tensor,
+                tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """As NativeLayer.forward for every layer in turn; kv_caches: layer i's (k, v) caches at index i."""
+        token_seq, visible, block_tables = tables
+        n = len(self.layers)
+        k_caches = (ctypes.c_void_p * n)(*(kv[0].data_ptr() for kv in kv_caches[:n]))
+        v_caches = (ctypes.c_void_p * n)(*(kv[1].data_ptr() for kv in kv_caches[:n]))
+        status = native.lib.aio_llama_layers(
+            self.structs, n, x.data_ptr(), x.shape[0], rope[0].data_ptr(), rope[1].data_ptr(), k_caches, v_caches,
+            kv_caches[0][0].shape[1], slot_mapping.data_ptr(), token_seq.data_ptr(), visible.data_ptr(),
+            block_tables.data_ptr(), block_tables.shape[1], torch.get_num_threads())
+        _check(status)
+        return x
+
+
+def _check(status: int) -> None:
+    if status:
+        raise NativeKernelError("out of memory in the native decoder layer" if status == -1 else
+                                "a projection's kernel does not take its weight's block type or shape")
 
 
 def _parts(layer: torch.nn.Module) -> tuple[tuple[torch.nn.Module, ...], tuple[torch.Tensor, torch.Tensor]]:
