@@ -39,8 +39,8 @@ def heads() -> list:
 @pytest.mark.parametrize("make_head", heads())
 def test_kept_logits_are_the_full_heads(make_head):
     head = make_head()
-    draft = DraftHead(head, VOCAB, SIZE, always=(998, 5))
-    draft.add(torch.tensor([700, 701, 700, 5, -3, VOCAB + 4]))  # repeats, kept ones and ids out of range
+    draft = DraftHead.build(head, VOCAB, SIZE, always=(998, 5))
+    draft.add([700, 701, 700, 5, -3, VOCAB + 4])  # repeats, kept ones and ids out of range
     kept = torch.cat((torch.arange(SIZE), torch.tensor([998, 700, 701])))
     assert draft.num_rows == len(kept) and sorted(draft.token_ids[:draft.num_rows].tolist()) == sorted(kept.tolist())
     torch.manual_seed(1)
@@ -63,20 +63,20 @@ def test_kept_logits_are_the_full_heads(make_head):
 def test_rows_stop_at_twice_the_size_and_the_source_is_untouched():
     head = float_head()
     before = head.weight.clone()
-    draft = DraftHead(head, VOCAB, SIZE)
-    draft.add(torch.arange(SIZE, VOCAB))
+    draft = DraftHead.build(head, VOCAB, SIZE)
+    draft.add(range(SIZE, VOCAB))
     assert draft.num_rows == 2 * SIZE
     assert draft.token_ids[:draft.num_rows].tolist() == list(range(2 * SIZE))  # first offered, first kept
     assert torch.equal(head.weight, before)
-    draft.add(torch.tensor([900]))  # full: ignored
-    assert draft.slot[900] == -1 and torch.isneginf(draft.logits(torch.randn(1, HIDDEN))[0, 900])
+    draft.add([900])  # full: ignored
+    assert 900 not in draft.kept and torch.isneginf(draft.logits(torch.randn(1, HIDDEN))[0, 900])
 
 
 def test_applies_only_where_it_can_pay_and_compute_exactly():
     head = float_head()
-    assert DraftHead.applies(head, VOCAB, SIZE)
-    assert not DraftHead.applies(head, VOCAB, 0)  # switched off
-    assert not DraftHead.applies(head, VOCAB, VOCAB // 2)  # twice the size covers the vocabulary
+    assert DraftHead.build(head, VOCAB, SIZE) is not None
+    assert DraftHead.build(head, VOCAB, 0) is None  # switched off
+    assert DraftHead.build(head, VOCAB, VOCAB // 2) is None  # twice the size covers the vocabulary
     biased = nn.Linear(HIDDEN, VOCAB)
-    assert not DraftHead.applies(biased, VOCAB, SIZE)
-    assert not DraftHead.applies(nn.Linear(HIDDEN, VOCAB, bias=False, device="meta"), VOCAB, SIZE)  # not on CPU
+    assert DraftHead.build(biased, VOCAB, SIZE) is None
+    assert DraftHead.build(nn.Linear(HIDDEN, VOCAB, bias=False, device="meta"), VOCAB, SIZE) is None  # not on CPU

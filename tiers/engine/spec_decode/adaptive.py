@@ -154,14 +154,15 @@ class SpecController:
         for k, _, tokens in candidates:
             if not self.target_cost.has_bucket(tokens):
                 return k
-        affordable = self._catch_up_affordable(decoding, candidates[0][2])
         if phase == 0:
             for k, _, tokens in candidates:
-                if not self.target_cost.knows(tokens, self.num_steps, self.stale_after) and (k == 0 or affordable):
+                if (not self.target_cost.knows(tokens, self.num_steps, self.stale_after)
+                        and (k == 0 or self._catch_up_affordable(decoding, candidates[0][2]))):
                     self.probed = self.probed or k > 0
                     return k
-        if (phase == EXPLORE_EVERY // 2 and self.draft_has_cost and affordable
-                and not self.draft_cost.knows(len(decoding), self.num_steps, self.stale_after)):
+        if (phase == EXPLORE_EVERY // 2 and self.draft_has_cost
+                and not self.draft_cost.knows(len(decoding), self.num_steps, self.stale_after)
+                and self._catch_up_affordable(decoding, candidates[0][2])):
             self.probed = True
             return min(2, self.max_k)  # and the draft's cost
         best_k, best_rate = 0, 0.0

@@ -47,38 +47,43 @@ def _row_format(head: nn.Module) -> tuple[torch.Tensor, RowsMatmul] | None:
 
 
 class DraftHead:
-    def __init__(self, head: nn.Module, vocab_size: int, size: int, always: Iterable[int] = ()) -> None:
-        """head: the draft model's output matrix (not modified: it may be another engine's). size: see the module
+    def __init__(self, source: torch.Tensor, matmul: RowsMatmul, vocab_size: int, size: int,
+                 always: Iterable[int] = ()) -> None:
+        """source, matmul: the head's rows and product (_row_format; use DraftHead.build). size: see the module
         docstring; `always`: token ids kept from the start (end-of-sequence and special tokens)."""
-        fmt = _row_format(head)
-        assert fmt is not None and 0 < 2 * size < vocab_size
-        self.source, self._matmul = fmt[0].detach(), fmt[1]
+        self.source, self._matmul = source.detach(), matmul
         self.vocab_size, self.capacity = vocab_size, 2 * size
         self.rows = self.source.new_empty((self.capacity, *self.source.shape[1:]))
-        device = self.source.device
-        self.token_ids = torch.empty(self.capacity, dtype=torch.long, device=device)  # row -> token id
-        self.slot = torch.full((vocab_size,), -1, dtype=torch.long, device=device)  # token id -> row, or -1
-        self.num_rows = 0
-        self.add(torch.arange(size, device=device))
-        self.add(torch.tensor([t for t in always if 0 <= t < vocab_size], dtype=torch.long, device=device))
+        self.token_ids = torch.empty(self.capacity, dtype=torch.long, device=self.source.device)  # row -> token id
+        self.kept: dict[int, int] = {}  # token id -> row
+        self.add(range(size))
+        self.add(always)
 
-    @staticmethod
-    def applies(head: nn.Module, vocab_size: int, size: int) -> bool:
+    @classmethod
+    def build(cls, head: nn.Module, vocab_size: int, size: int, always: Iterable[int] = ()) -> DraftHead | None:
+        """A DraftHead over `head` (the draft model's output matrix, never modified: it may be another engine's),
+        or None where the full matrix stays (see the module docstring)."""
         fmt = _row_format(head)
-        return size > 0 and 2 * size < vocab_size and fmt is not None and fmt[0].device.type == "cpu"
+        if size <= 0 or 2 * size >= vocab_size or fmt is None or fmt[0].device.type != "cpu":
+            return None
+        return cls(*fmt, vocab_size, size, always)
 
-    def add(self, token_ids: torch.Tensor) -> None:
-        """Gives the tokens not yet kept a row each, while rows are left."""
-        ids = token_ids.to(self.slot.device).unique()
-        ids = ids[(ids >= 0) & (ids < self.vocab_size)]
-        new = ids[self.slot[ids] < 0][:self.capacity - self.num_rows]
-        if new.numel() == 0:
+    @property
+    def num_rows(self) -> int:
+        return len(self.kept)
+
+    def add(self, token_ids: Iterable[int]) -> None:
+        """Gives the tokens not yet kept a row each, first offered first, while rows are left (a set lookup per token:
+        a draft forward offers its tokens every time)."""
+        new = [t for t in dict.fromkeys(token_ids) if 0 <= t < self.vocab_size and t not in self.kept]
+        new = new[:self.capacity - self.num_rows]
+        if not new:
             return
-        start, end = self.num_rows, self.num_rows + new.numel()
-        self.rows[start:end] = self.source[new]
-        self.token_ids[start:end] = new
-        self.slot[new] = torch.arange(start, end, device=new.device)
-        self.num_rows = end
+        start = self.num_rows
+        ids = torch.tensor(new, dtype=torch.long, device=self.source.device)
+        self.rows[start:start + len(new)] = self.source[ids]
+        self.token_ids[start:start + len(new)] = ids
+        self.kept.update(zip(new, range(start, start + len(new))))
 
     @torch.no_grad()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

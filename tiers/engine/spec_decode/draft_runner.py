@@ -34,15 +34,14 @@ class DraftRunner:
             model.build_rotary(max_positions, self.device)
         self.kv_cache = KVCache(model_config, target.num_blocks, self.block_size, self.dtype, self.device)
         vocab = model_config.vocab_size
-        self.head = (DraftHead(model.lm_head, vocab, draft_vocab_size, always)
-                     if DraftHead.applies(model.lm_head, vocab, draft_vocab_size) else None)
+        self.head = DraftHead.build(model.lm_head, vocab, draft_vocab_size, always)
 
     @torch.inference_mode()
     def last_logits(self, chunks: list[ForwardChunk]) -> torch.Tensor:
         """Writes the chunks' KV into the draft pool; returns the logits after each chunk's last token, in the
         order of `chunks` ([len(chunks), vocab], float32; -inf for the tokens outside the draft head's rows)."""
         if self.head is not None:
-            self.head.add(torch.tensor([t for c in chunks for t in c.token_ids], dtype=torch.long))
+            self.head.add(t for c in chunks for t in c.token_ids)
         inputs = prepare_inputs(chunks, self.attention_backend, self.kv_cache.layers, self.block_size, self.device,
                                 self.dtype)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.attn_metadata)
