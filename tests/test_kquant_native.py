@@ -223,6 +223,9 @@ def test_a_layer_runs_the_repacked_layout():
     weight, blocks = _weight("Q4_K", 32, 512, 9)
     layer = QuantizedLinear(weight)
     assert layer.kernel == "cpu_kq" and layer.kq.types == ("Q4_K_R",)
+    # its buffers are the blocks it computes from, not the stored ones it was given
+    assert [b.data_ptr() for b in layer.buffers()] == [rows.data_ptr() for _, rows in layer.kq.parts]
+    assert weight.parts[0][1].data_ptr() != layer.kq.parts[0][1].data_ptr()
     x = torch.randn(3, 512)
     torch.testing.assert_close(layer(x), emulate(x, _gguf_dequantize("Q4_K", blocks, 32, 512), 256),
                                rtol=1e-5, atol=1e-5)

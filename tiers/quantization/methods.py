@@ -266,7 +266,9 @@ class KQuantKernel(NativeKernel):
     def build(self, layer: QuantizedLinear, weight: Weight, device: torch.device) -> None:
         layer.native = native_library()
         layer.kq = kquant.repack(layer.native, weight)
-        for i, (_, rows) in enumerate(weight.parts):  # counted in resident_bytes / weight_bytes
+        # the blocks it computes from (a repacked copy where the weight came stored): counted in resident_bytes /
+        # weight_bytes, and not the stored ones, which the layer does not need
+        for i, (_, rows) in enumerate(layer.kq.parts):
             layer.register_buffer(f"kq_part{i}", rows)
 
     def matmul(self, layer: QuantizedLinear, x2: torch.Tensor) -> torch.Tensor:
