@@ -4,8 +4,9 @@
 
 - the machine: CPU model and the ISA flags that decide which kernel path runs (AVX2, AVX-512 F / VNNI / BF16,
   AVX-VNNI, AMX), and the path the native library was built for;
-- the read bound: torch's `sum` over a 1 GiB float32 tensor on the decode's thread count, best of a few (what one
-  pass over the weights can cost at most);
+- the read bound: the native library's read loop over 1 GiB on the decode's thread count, best of a few (what one
+  pass over the weights can cost at most), with torch's `sum` over the same bytes beside it (it reads less on some
+  CPUs: 25-28 against 30-32 GB/s on the Xeon of docs/benchmarks.md);
 - the bytes a decode step must read: every weight of the decoder layers, the final norm and the output matrix,
   one row of an untied input embedding (`step_weight_bytes` for our loaded model, `gguf_step_bytes` for the file
   as llama.cpp runs it); a system's effective bandwidth = those bytes x its tokens/s, its share = that / the bound;
@@ -69,22 +70,36 @@ def describe_cpu(info: dict[str, Any]) -> str:
 
 
 def read_bandwidth(threads: int, nbytes: int = READ_BYTES, repeats: int = 5) -> dict[str, Any]:
-    """GB/s of torch's sum over nbytes of float32 on `threads` threads: the best of `repeats` passes (each pass
-    reads every byte once from memory: the tensor is larger than the caches)."""
+    """The read bound on `threads` threads: the best of `repeats` passes over nbytes (larger than the caches, so each
+    pass reads every byte from memory) of the native library's read loop (`aio_read_bytes`: two cache lines a step,
+    prefetched into L2 as the decode kernels prefetch). torch's sum over the same bytes is measured beside it: it
+    reads less on some CPUs, so it is reported, not taken as the bound, unless the native library is unavailable."""
+    from tiers.native import native_library
+
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    native = native_library()
     try:
         x = torch.ones(nbytes // 4)
-        x.sum()
-        runs = []
+        passes: dict[str, Callable[[], Any]] = {"torch_sum": x.sum}
+        if native is not None:
+            address = x.data_ptr()
+            passes["native"] = lambda: native.lib.aio_read_bytes(address, nbytes // 128 * 128, threads)
+        runs: dict[str, list[float]] = {name: [] for name in passes}
+        for name, read in passes.items():
+            read()
         for _ in range(repeats):
-            start = time.perf_counter()
-            x.sum()
-            runs.append(nbytes / (time.perf_counter() - start) / 1e9)
+            for name, read in passes.items():  # interleaved, so that a slow spell hits both
+                start = time.perf_counter()
+                read()
+                runs[name].append(nbytes / (time.perf_counter() - start) / 1e9)
         del x
     finally:
         torch.set_num_threads(before)
-    return {"threads": threads, "bytes": nbytes, "read_gb_s": max(runs), "runs": runs}
+    source = "native" if "native" in runs else "torch_sum"
+    return {"threads": threads, "bytes": nbytes, "read_gb_s": max(runs[source]), "source": source,
+            "runs": runs[source], "torch_sum_gb_s": max(runs["torch_sum"]),
+            "native_gb_s": max(runs["native"]) if "native" in runs else None}
 
 
 def step_weight_bytes(model: torch.nn.Module) -> int:
@@ -214,11 +229,16 @@ def kernel_breakdown(model: torch.nn.Module, threads: int, read_gb_s: float | No
     return out
 
 
+def describe_bound(bw: dict[str, Any]) -> str:
+    how = "the native read loop" if bw["source"] == "native" else "torch sum"
+    return (f"{bw['read_gb_s']:.1f} GB/s ({how} over {bw['bytes'] / (1 << 30):.0f} GiB, best of {len(bw['runs'])}; "
+            f"torch sum {bw['torch_sum_gb_s']:.1f})")
+
+
 def print_cpu_and_bound(info: dict[str, Any], bandwidth: dict[int, dict[str, Any]]) -> None:
     print(f"CPU: {describe_cpu(info)}")
     for t, bw in bandwidth.items():
-        print(f"read bound, {t} thread(s): {bw['read_gb_s']:.1f} GB/s (torch sum over "
-              f"{bw['bytes'] / (1 << 30):.0f} GiB, best of {len(bw['runs'])})")
+        print(f"read bound, {t} thread(s): {describe_bound(bw)}")
 
 
 def print_breakdown(rows: list[dict[str, Any]], ms: tuple[int, ...] = (1,)) -> None:

@@ -4,6 +4,7 @@ its time. No timing is asserted: the figures are the benchmark's."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from benchmarks import decode_bound
 from tests.kquant_helpers import write_kquant_gguf
@@ -69,4 +70,22 @@ def test_cpu_and_read_bandwidth_are_reported():
     assert info["model"] and info["native_isa"] in ("avx512vnni", "avx2", "scalar")
     assert set(info["isa"]) <= set(decode_bound.ISA_FLAGS)
     bw = decode_bound.read_bandwidth(1, nbytes=1 << 22, repeats=2)
-    assert bw["read_gb_s"] == max(bw["runs"]) > 0
+    assert bw["read_gb_s"] == max(bw["runs"]) > 0 and bw["torch_sum_gb_s"] > 0
+    assert bw["source"] == "native" and bw["native_gb_s"] == bw["read_gb_s"]
+
+
+def test_the_native_read_loop_reads_every_byte():
+    """aio_read_bytes returns the xor of every 64-bit word it was given, whatever the thread count: it cannot skip
+    the bytes whose reading it times."""
+    import functools
+    import operator
+
+    from tiers.native import native_library
+
+    lib = native_library().lib
+    words = torch.randint(-2**62, 2**62, (3 * 4096 + 48,), dtype=torch.int64, generator=torch.Generator().manual_seed(0))
+    expected = functools.reduce(operator.xor, words.tolist()) % 2**64
+    for threads in (1, 2, 3):
+        assert lib.aio_read_bytes(words.data_ptr(), words.numel() * 8, threads) == expected
+    words[-1] ^= 1
+    assert lib.aio_read_bytes(words.data_ptr(), words.numel() * 8, 2) == expected ^ 1

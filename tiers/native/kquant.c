@@ -43,8 +43,16 @@
 #define QK_K 256
 #define KQ_ROWS 4
 #define KQ_CHUNK 16
+/* Weights are read once per step, so they are prefetched in two stages: into L2 KQ_PREFETCH_L2 bytes ahead of the
+ * group being read, into L1 KQ_PREFETCH ahead. A demand stream consumed as slowly as these kernels consume it (some
+ * 20 cycles per 144-byte group) does not keep enough misses in flight on its own: with no software prefetch the 1.5B's
+ * shapes read 16-19 GB/s where a plain read loop reads 31; 4 KB ahead into L1 alone reached 22-26; the two stages
+ * 24-28 (docs/benchmarks.md, issue 37's fifth pass). */
 #ifndef KQ_PREFETCH
-#define KQ_PREFETCH 4096 /* bytes ahead of the group being read (2048: 4-7% less bandwidth on the 1.5B's shapes) */
+#define KQ_PREFETCH 1024
+#endif
+#ifndef KQ_PREFETCH_L2
+#define KQ_PREFETCH_L2 8192
 #endif
 
 /* GGML type ids; 256 + a GGUF id: that type's blocks repacked for this kernel (aio_kq_repack) */
@@ -554,15 +562,18 @@ static inline __m128i k4_scale_bytes(const uint8_t *g) {
     return _mm_or_si128(lo, _mm_slli_epi32(top, 4));
 }
 
-/* the weights stream from memory once per step: ask for a group's bytes KQ_PREFETCH ahead early */
-static inline __attribute__((always_inline)) void group_prefetch(const uint8_t *g) {
-#if KQ_PREFETCH > 0
-    _mm_prefetch((const char *)(g + KQ_PREFETCH), _MM_HINT_T0);
-    _mm_prefetch((const char *)(g + KQ_PREFETCH + 64), _MM_HINT_T0);
-    _mm_prefetch((const char *)(g + KQ_PREFETCH + 128), _MM_HINT_T0);
-#else
-    (void)g;
-#endif
+/* the cache lines of the gb bytes KQ_PREFETCH_L2 (into L2) and KQ_PREFETCH (into L1) ahead of a group at g: one
+ * request per 64 bytes and one for the last byte, so that groups of any size leave no line out */
+static inline __attribute__((always_inline)) void group_prefetch(const uint8_t *g, const int gb) {
+#pragma GCC unroll 4
+    for (int o = 0; o < gb; o += 64) {
+        _mm_prefetch((const char *)(g + KQ_PREFETCH_L2 + o), _MM_HINT_T2);
+        _mm_prefetch((const char *)(g + KQ_PREFETCH + o), _MM_HINT_T0);
+    }
+    if (gb % 64) {
+        _mm_prefetch((const char *)(g + KQ_PREFETCH_L2 + gb - 1), _MM_HINT_T2);
+        _mm_prefetch((const char *)(g + KQ_PREFETCH + gb - 1), _MM_HINT_T0);
+    }
 }
 
 /* the 32 bits of a uint32 as 32 bytes 0x10 (bit set) or 0 */
@@ -689,7 +700,7 @@ static inline __attribute__((always_inline)) void rows_dot(const int TYPE, const
         }
         for (int64_t b = 0; b < nb; b += 2) {
 #if defined(KQ_SIMD)
-            _mm_prefetch((const char *)(row + b * gb + KQ_PREFETCH), _MM_HINT_T0);
+            group_prefetch(row + b * gb, 2 * (int)gb);
 #endif
 #pragma GCC unroll 2
             for (int j = 0; j < 2; j++) {
@@ -809,7 +820,7 @@ static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, cons
     for (int r = 0; r < R; r++) acc[r] = mv[r] = _mm256_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * gb;
-        group_prefetch(g);
+        group_prefetch(g, (int)gb);
         __m256i sc16[8];
         __m256i s16 = _mm256_setzero_si256();
         __m256 mneg = _mm256_setzero_ps();
@@ -916,7 +927,7 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * gb;
-        group_prefetch(g);
+        group_prefetch(g, (int)gb);
         __m512 scd, mneg = _mm512_setzero_ps();
         kr512_scales(TYPE, g, &scd, &mneg);
         __m512i isum[KR_ROWS];
@@ -970,7 +981,7 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * gb;
-        group_prefetch(g);
+        group_prefetch(g, (int)gb);
         __m256 scd[2], mneg[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         if (TYPE == T_Q6_K_R) {
             const __m128i sc = _mm_loadu_si128((const __m128i *)(g + 192));
@@ -1073,7 +1084,7 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * 88;
-        group_prefetch(g);
+        group_prefetch(g, 88);
         const __m512 scd = _mm512_permutexvar_ps(lane_block, _mm512_castps128_ps512(
             _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g))));
         __m512i isum[KR_ROWS];
@@ -1106,7 +1117,7 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * 88;
-        group_prefetch(g);
+        group_prefetch(g, 88);
         const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g));
         const __m256 d8 = _mm256_castps128_ps256(d4);
         const __m256 scd[2] = {_mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),

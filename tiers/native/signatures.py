@@ -1,4 +1,5 @@
-"""The C signatures of the native library's entry points (w4a8.c, kquant.c, ops.c), declared once when it is loaded."""
+"""The C signatures of the native library's entry points (w4a8.c, kquant.c, ops.c, layer.c, read_bound.c), declared
+once when it is loaded."""
 from __future__ import annotations
 
 import ctypes
@@ -34,3 +35,5 @@ def declare_ops(lib: ctypes.CDLL) -> None:
     lib.aio_gemm_kq.restype = INT
     lib.aio_gemm_kq_parts.argtypes = [PTR, I64, I64, I64, INT, PTR, PTR, PTR, PTR, I64, INT]
     lib.aio_gemm_kq_parts.restype = INT
+    lib.aio_read_bytes.argtypes = [PTR, I64, INT]
+    lib.aio_read_bytes.restype = ctypes.c_uint64
