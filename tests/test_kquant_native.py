@@ -129,26 +129,29 @@ def test_matmul_equals_its_exact_emulation_on_every_isa(library, kind, m, n, k):
 @pytest.mark.parametrize("kind", TYPES)
 @pytest.mark.parametrize("m,n", [(6, 24), (1, 25)])  # (1, 25): a decode step, weight rows in pairs and one left
 def test_every_isa_gives_the_same_bits(kind, m, n):
-    """Exact integer sums and the same float operations in the same order on every path: identical results."""
-    weight, _ = _weight(kind, n, 512, 7)
-    x = torch.randn(m, 512)
-    results = {}
-    for name, flags in VARIANTS.items():
-        if name in REQUIRES and not _cpu_has(REQUIRES[name]):
-            continue
-        results[name] = gemm(build_library(flags), x, weight)
-    assert len(results) >= 2
-    first = next(iter(results.values()))
-    assert all(torch.equal(first, r) for r in results.values()), list(results)
+    """Exact integer sums and the same float operations in the same order on every path: identical results. Rows of
+    768: Q4_K_R's pair of groups and its odd last group."""
+    for k in (512, 768):
+        weight, _ = _weight(kind, n, k, 7)
+        x = torch.randn(m, k)
+        results = {}
+        for name, flags in VARIANTS.items():
+            if name in REQUIRES and not _cpu_has(REQUIRES[name]):
+                continue
+            results[name] = gemm(build_library(flags), x, weight)
+        assert len(results) >= 2
+        first = next(iter(results.values()))
+        assert all(torch.equal(first, r) for r in results.values()), (k, list(results))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_each_row_is_independent_of_its_batch(threads):
     torch.set_num_threads(threads)
     library = native_library()
-    for kind in ("Q4_K", "Q6_K", "Q4_K_R", "Q6_K_R", "Q5_0", "Q5_0_R", "Q8_0", "Q5_1"):
-        weight, _ = _weight(kind, 300, 512, 11)
-        x = torch.randn(13, 512)
+    for kind, k in (("Q4_K", 512), ("Q6_K", 512), ("Q4_K_R", 512), ("Q4_K_R", 768), ("Q6_K_R", 512), ("Q5_0", 512),
+                    ("Q5_0_R", 512), ("Q8_0", 512), ("Q5_1", 512)):
+        weight, _ = _weight(kind, 300, k, 11)
+        x = torch.randn(13, k)
         full = gemm(library, x, weight)
         assert all(torch.equal(full[i:i + 1], gemm(library, x[i:i + 1], weight)) for i in range(13))
         assert torch.equal(full[3:9], gemm(library, x[3:9], weight))

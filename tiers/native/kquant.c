@@ -210,6 +210,12 @@ static inline void codes_c(int type, const uint8_t *g, int j, uint8_t *out) {
  *          low nibble position b, its high nibble position 32 + b
  *   Q6_K_R 210 bytes: per vector 32 bytes of the codes' low nibbles as Q4_K_R's; per vector 16 bytes of their top
  *          two bits (bits 2t, 2t + 1 of byte i: position 16t + i); Q6_K's 16 int8 scales and fp16 d
+ * Q4_K_R rows are stored in pairs of groups (288 bytes; a row's odd last group alone, as above), so that an int32
+ * lane sums the 32 elements of one sub-block and a vector's 16 lanes hold the 8 sub-blocks of both groups: the float
+ * steps per activation row (conversion, scaling, the two FMAs) come once per pair instead of once per group.
+ *   pair  the two groups' 16-byte heads (d, dmin, the 12 bytes of scales and mins); then 8 vectors of 32 bytes:
+ *         byte 4k + i of vector u holds, in its low nibble, element 32k + 4u + i of the first group (lane k) and in
+ *         its high nibble the same element of the second (lane 8 + k)
  * Q5_0_R takes groups of 4 blocks (128 elements, 88 bytes): the 4 fp16 d; then 2 vectors of 64 codes whose byte p of
  * vector v is element 8 (p / 4) + 4 v + p % 4 (int32 lane k: elements 8k .. 8k + 7, block k / 4), as 32 bytes of
  * nibbles (as Q4_K_R's) each, then per vector 8 bytes whose bit p is position p's fifth bit. */
@@ -286,6 +292,56 @@ static void repack_q5_0(uint8_t *w, int64_t groups) {
     }
 }
 
+/* one stored Q4_K group g into the single-group Q4_K_R layout (head kept, codes as vectors of nibbles) */
+static void repack_q4_k_group(uint8_t *g) {
+    uint8_t c[QK_K], r[QK_K];
+    codes_stored(T_Q4_K, g, c);
+    to_vectors(c, QK_K, r);
+    nibbles_pack(r, QK_K, g + 16);
+}
+
+/* a Q4_K_R pair's 256 codes of its first (h = 0) or second group, natural order */
+static void pair_codes(const uint8_t *pair, int h, uint8_t *c) {
+    for (int u = 0; u < 8; u++)
+        for (int k = 0; k < 8; k++)
+            for (int i = 0; i < 4; i++) {
+                const uint8_t b = pair[32 + 32 * u + 4 * k + i];
+                c[32 * k + 4 * u + i] = h ? b >> 4 : b & 0x0F;
+            }
+}
+
+/* a row of ng stored Q4_K groups rewritten as Q4_K_R: pairs, and the odd last group alone */
+static void repack_q4_k_row(uint8_t *row, int64_t ng) {
+    for (int64_t p = 0; p + 1 < ng; p += 2) {
+        uint8_t *pair = row + p * 144, c[2][QK_K];
+        codes_stored(T_Q4_K, pair, c[0]);
+        codes_stored(T_Q4_K, pair + 144, c[1]);
+        memmove(pair + 16, pair + 144, 16);
+        for (int u = 0; u < 8; u++)
+            for (int k = 0; k < 8; k++)
+                for (int i = 0; i < 4; i++)
+                    pair[32 + 32 * u + 4 * k + i] =
+                        (uint8_t)(c[0][32 * k + 4 * u + i] | (c[1][32 * k + 4 * u + i] << 4));
+    }
+    if (ng & 1) repack_q4_k_group(row + (ng - 1) * 144);
+}
+
+/* group gi of a Q4_K_R row of ng groups as the stored Q4_K group it came from (144 bytes into out) */
+static void q4_k_r_group_stored(const uint8_t *row, int64_t ng, int64_t gi, uint8_t *out) {
+    uint8_t c[QK_K];
+    if (gi + 1 == ng && (ng & 1)) {
+        const uint8_t *g = row + gi * 144;
+        memcpy(out, g, 16);
+        codes_repacked(T_Q4_K_R, g, c);
+    } else {
+        const uint8_t *pair = row + (gi & ~(int64_t)1) * 144;
+        memcpy(out, pair + 16 * (gi & 1), 16);
+        pair_codes(pair, (int)(gi & 1), c);
+    }
+    for (int ch = 0; ch < 4; ch++) /* qs[32 ch + l]: sub-block 2 ch in the low nibble, 2 ch + 1 in the high one */
+        for (int l = 0; l < 32; l++) out[16 + 32 * ch + l] = (uint8_t)(c[64 * ch + l] | (c[64 * ch + 32 + l] << 4));
+}
+
 /* N rows of K elements of Q4_K, Q6_K or Q5_0 blocks rewritten in place as Q4_K_R / Q6_K_R / Q5_0_R. Returns the new
  * type id, or -1 for a type this layout does not take or a K its groups do not divide. */
 int aio_kq_repack(uint8_t *w, int64_t N, int64_t K, int type) {
@@ -295,6 +351,10 @@ int aio_kq_repack(uint8_t *w, int64_t N, int64_t K, int type) {
     }
     if ((type != T_Q4_K && type != T_Q6_K) || !row_bytes(type, K)) return -1;
     const int64_t gb = group_bytes(type), groups = N * (K / QK_K);
+    if (type == T_Q4_K) {
+        for (int64_t n = 0; n < N; n++) repack_q4_k_row(w + n * row_bytes(type, K), K / QK_K);
+        return T_Q4_K_R;
+    }
     for (int64_t gi = 0; gi < groups; gi++) {
         uint8_t *g = w + gi * gb, c[QK_K], r[QK_K];
         codes_stored(type, g, c);
@@ -365,7 +425,13 @@ int aio_kq_dequantize_dense(const uint8_t *w, int64_t N, int64_t K, int type, vo
         case T_Q4_K: KQ_DEQ(T_Q4_K); break;
         case T_Q5_K: KQ_DEQ(T_Q5_K); break;
         case T_Q6_K: KQ_DEQ(T_Q6_K); break;
-        case T_Q4_K_R: KQ_DEQ(T_Q4_K_R); break;
+        case T_Q4_K_R: /* group by group through the stored layout: pairs interleave two groups' codes */
+            for (int64_t gi = 0; gi < K / QK_K; gi++) {
+                uint8_t g[144];
+                q4_k_r_group_stored(w + n * rb, K / QK_K, gi, g);
+                dequantize_row(T_Q4_K, g, QK_K, bf16, (char *)out + (n * K + gi * QK_K) * es);
+            }
+            break;
         case T_Q6_K_R: KQ_DEQ(T_Q6_K_R); break;
         case T_Q5_0_R: KQ_DEQ(T_Q5_0_R); break;
         case T_Q8_0: KQ_DEQ(T_Q8_0); break;
@@ -480,15 +546,30 @@ typedef struct {
     int8_t *qr;    /* [M, K] in the repacked codes' order (to_vectors) */
     float *dbs;    /* [M, K / 16] d * sum(q) (Q4_K_R's mins) */
     int32_t *b32;  /* [M, K / 16] -32 * sum(q) (Q6_K_R's - 32) */
+    /* for Q4_K_R (NULL when no part is one) */
+    int8_t *qp;    /* [M, K] in Q4_K_R's pairs' order (an odd last group: qr's) */
+    float *dp;     /* [M, K / 32] a pair's lanes' d: the first group's 8 times, the second's 8 times */
 } actk_t;
+
+/* the 512 activations of a pair of groups in the order of a Q4_K_R pair's vectors (lane k: sub-block k % 8 of group
+ * k / 8, 4 elements per vector) */
+static inline void pair_vectors(const int8_t *q, int8_t *out) {
+    for (int u = 0; u < 8; u++)
+        for (int k = 0; k < 16; k++) memcpy(out + 64 * u + 4 * k, q + 256 * (k / 8) + 32 * (k % 8) + 4 * u, 4);
+}
 
 /* row m of the activations: the formats' pointers at that row */
 static actk_t actk_row(const actk_t *a, int64_t m, int64_t K) {
-    actk_t r = {a->q + m * K, a->d + m * (K / QK_K), a->dsum + m * (K / QK), a->bsum + m * (K / 16), NULL, NULL, NULL};
+    actk_t r = {a->q + m * K, a->d + m * (K / QK_K), a->dsum + m * (K / QK), a->bsum + m * (K / 16),
+                NULL, NULL, NULL, NULL, NULL};
     if (a->qr) {
         r.qr = a->qr + m * K;
         r.dbs = a->dbs + m * (K / 16);
         r.b32 = a->b32 + m * (K / 16);
+    }
+    if (a->qp) {
+        r.qp = a->qp + m * K;
+        r.dp = a->dp + m * (K / QK);
     }
     return r;
 }
@@ -508,6 +589,12 @@ static void quantize_act_k(const float *x, int64_t K, const actk_t *a) {
             a->dbs[g * 16 + s] = d * (float)sums[s];
             a->b32[g * 16 + s] = -32 * sums[s];
         }
+    }
+    if (!a->qp) return;
+    const int64_t ng = K / QK_K;
+    for (int64_t g = 0; g + 1 < ng; g += 2) {
+        pair_vectors(a->q + g * QK_K, a->qp + g * QK_K);
+        for (int l = 0; l < 16; l++) a->dp[g * 8 + l] = a->d[g + l / 8];
     }
 }
 
@@ -920,12 +1007,51 @@ static inline __attribute__((always_inline)) void kr512_scales(const int TYPE, c
     *mneg = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), _mm512_set1_ps(-fp16(g + 2)));
 }
 
+/* a Q4_K_R pair's float scales per lane: lanes 0-7 the first group's d * sc and -(dmin * m), lanes 8-15 the
+ * second's, its d / 16 (its codes come as 16 x themselves) */
+static inline __attribute__((always_inline)) void kr512_pair_scales(const uint8_t *pg, __m512 *scd, __m512 *mneg) {
+    const __m128i b0 = k4_scale_bytes(pg), b1 = k4_scale_bytes(pg + 16);
+    const __m512 dl = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(fp16(pg))),
+                                                          _mm256_castps_pd(_mm256_set1_ps(fp16(pg + 16) * 0.0625f)), 1));
+    const __m512 nd = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(-fp16(pg + 2))),
+                                                          _mm256_castps_pd(_mm256_set1_ps(-fp16(pg + 18))), 1));
+    *scd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi64(b0, b1))), dl);
+    *mneg = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi64(b0, b1))), nd);
+}
+
 static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
     const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
     __m512 acc[KR_ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t gi = 0; gi < ng; gi++) {
+    int64_t gi = 0;
+    if (TYPE == T_Q4_K_R) {
+        const __m512i nibbles = _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8((char)0xF0), 1);
+        for (; gi + 1 < ng; gi += 2) {
+            const uint8_t *pg = w + n * rb + gi * gb;
+            group_prefetch(pg, 2 * (int)gb);
+            __m512 scd, mneg;
+            kr512_pair_scales(pg, &scd, &mneg);
+            __m512i isum[KR_ROWS];
+            for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++) {
+                const __m512i codes = _mm512_and_si512(
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pg + 32 + 32 * u))), nibbles);
+                for (int r = 0; r < R; r++) {
+                    const int8_t *av = a->qp + (m0 + r) * K + gi * QK_K + 64 * u;
+                    isum[r] = _mm512_dpbusd_epi32(isum[r], codes, _mm512_load_si512((const void *)av));
+                }
+            }
+            for (int r = 0; r < R; r++) {
+                const int64_t s = (m0 + r) * (K / QK) + gi * 8;
+                const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_loadu_ps(a->dp + s));
+                acc[r] = _mm512_fmadd_ps(t, scd, acc[r]);
+                acc[r] = _mm512_fmadd_ps(mneg, _mm512_loadu_ps(a->dsum + s), acc[r]);
+            }
+        }
+    }
+    for (; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * gb;
         group_prefetch(g, (int)gb);
         __m512 scd, mneg = _mm512_setzero_ps();
@@ -979,7 +1105,42 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
     const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
     __m256 acc[KQ_ROWS][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (int64_t gi = 0; gi < ng; gi++) {
+    int64_t gi = 0;
+    if (TYPE == T_Q4_K_R) /* pairs: the 512-bit path's lanes 0-7 in [0], 8-15 in [1] */
+        for (; gi + 1 < ng; gi += 2) {
+            const uint8_t *pg = w + n * rb + gi * gb;
+            group_prefetch(pg, 2 * (int)gb);
+            const __m128i b0 = k4_scale_bytes(pg), b1 = k4_scale_bytes(pg + 16);
+            const __m128i sc = _mm_unpacklo_epi64(b0, b1), mn = _mm_unpackhi_epi64(b0, b1);
+            __m256 scd[2], mneg[2];
+            for (int h = 0; h < 2; h++) {
+                const float dl = h ? fp16(pg + 16) * 0.0625f : fp16(pg);
+                scd[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8 * h))),
+                                       _mm256_set1_ps(dl));
+                mneg[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8 * h))),
+                                        _mm256_set1_ps(-fp16(pg + 16 * h + 2)));
+            }
+            __m256i isum[KQ_ROWS][2];
+            for (int r = 0; r < R; r++) isum[r][0] = isum[r][1] = _mm256_setzero_si256();
+            const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++) {
+                const __m256i ql = _mm256_loadu_si256((const __m256i *)(pg + 32 + 32 * u));
+                const __m256i c[2] = {_mm256_and_si256(ql, m4), _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4)};
+                for (int r = 0; r < R; r++)
+                    for (int h = 0; h < 2; h++)
+                        isum[r][h] = dot32_add(isum[r][h], c[h], a->qp + (m0 + r) * K + gi * QK_K + 64 * u + 32 * h);
+            }
+            for (int r = 0; r < R; r++)
+                for (int h = 0; h < 2; h++) {
+                    const int64_t s = (m0 + r) * (K / QK) + gi * 8 + 8 * h;
+                    if (h) isum[r][h] = _mm256_slli_epi32(isum[r][h], 4);
+                    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]), _mm256_loadu_ps(a->dp + s));
+                    acc[r][h] = _mm256_fmadd_ps(t, scd[h], acc[r][h]);
+                    acc[r][h] = _mm256_fmadd_ps(mneg[h], _mm256_loadu_ps(a->dsum + s), acc[r][h]);
+                }
+        }
+    for (; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * gb;
         group_prefetch(g, (int)gb);
         __m256 scd[2], mneg[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -1036,7 +1197,35 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
         int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
     const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
     float acc[KQ_ROWS][16] = {{0.0f}};
-    for (int64_t gi = 0; gi < ng; gi++) {
+    int64_t gi = 0;
+    if (TYPE == T_Q4_K_R) /* pairs: lane l sub-block l % 8 of group gi + l / 8 */
+        for (; gi + 1 < ng; gi += 2) {
+            const uint8_t *pg = w + n * rb + gi * gb;
+            uint8_t c[2][QK_K];
+            float scd[16], mneg[16];
+            for (int h = 0; h < 2; h++) pair_codes(pg, h, c[h]);
+            for (int l = 0; l < 16; l++) {
+                const int h = l / 8;
+                int sc, m;
+                scale_min_k4(l % 8, pg + 16 * h + 4, &sc, &m);
+                scd[l] = (float)sc * (h ? fp16(pg + 16) * 0.0625f : fp16(pg));
+                mneg[l] = (float)m * -fp16(pg + 16 * h + 2);
+            }
+            for (int r = 0; r < R; r++) {
+                const int64_t m = m0 + r;
+                for (int l = 0; l < 16; l++) {
+                    const int h = l / 8, j = l % 8;
+                    const int8_t *q = a->q + m * K + (gi + h) * QK_K + 32 * j;
+                    int32_t isum = 0;
+                    for (int i = 0; i < 32; i++) isum += (int32_t)c[h][32 * j + i] * q[i];
+                    if (h) isum *= 16;
+                    const float t = (float)isum * a->d[m * ng + gi + h];
+                    acc[r][l] = fmaf(t, scd[l], acc[r][l]);
+                    acc[r][l] = fmaf(mneg[l], a->dsum[m * (K / QK) + gi * 8 + l], acc[r][l]);
+                }
+            }
+        }
+    for (; gi < ng; gi++) {
         const uint8_t *g = w + n * rb + gi * gb;
         uint8_t c[QK_K];
         float scd[16], mneg[16];
@@ -1263,11 +1452,14 @@ static void acts_free(acts_t *a) {
     free(a->k.qr);
     free(a->k.dbs);
     free(a->k.b32);
+    free(a->k.qp);
+    free(a->k.dp);
 }
 
 /* the formats the parts need (need_r: the repacked K-quants', which need_k's too; need_r5: Q5_0_R's, which need_32's
  * too), for M rows of K; 0, or -1 when memory ran out (nothing left allocated) */
-static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, int need_r, int need_r5) {
+static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, int need_r, int need_r5,
+                      int need_p) {
     const int64_t nb = K / QK;
     int ok = 1;
     if (need_32) {
@@ -1295,6 +1487,11 @@ static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, 
         a->k.b32 = (int32_t *)aligned_alloc(64, sizeof(int32_t) * (M * (K / 16)));
         ok = a->k.qr && a->k.dbs && a->k.b32;
     }
+    if (need_p && ok) {
+        a->k.qp = (int8_t *)aligned_alloc(64, (size_t)(M * K));
+        a->k.dp = (float *)aligned_alloc(64, sizeof(float) * (M * nb));
+        ok = a->k.qp && a->k.dp;
+    }
     if (!ok) acts_free(a);
     return ok ? 0 : -1;
 }
@@ -1316,16 +1513,17 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
         first_chunk[p + 1] = first_chunk[p] + (ns[p] + KQ_CHUNK - 1) / KQ_CHUNK;
     }
     const int64_t chunks = first_chunk[nparts], N = first_col[nparts - 1] + ns[nparts - 1];
-    int need_k = 0, need_32 = 0, need_r = 0, need_r5 = 0;
+    int need_k = 0, need_32 = 0, need_r = 0, need_r5 = 0, need_p = 0;
     for (int p = 0; p < nparts; p++) {
         if (stored_type(types[p]) >= T_Q4_K) need_k = 1;
         else need_32 = 1;
         if (types[p] == T_Q5_0_R) need_r5 = 1;
         else if (types[p] >= T_REPACKED) need_r = 1;
+        if (types[p] == T_Q4_K_R) need_p = 1;
     }
     acts_t a;
     memset(&a, 0, sizeof a);
-    if (acts_alloc(&a, M, K, need_32, need_k, need_r, need_r5)) return -1;
+    if (acts_alloc(&a, M, K, need_32, need_k, need_r, need_r5, need_p)) return -1;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
     for (int64_t m = 0; m < M; m++) {
         if (need_32) quantize_act(x + m * ldx, K, &a.b32, m);
