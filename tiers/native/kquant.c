@@ -459,6 +459,29 @@ typedef struct {
 /* x[0 .. n) (n a multiple of 32) times inv, rounded half to even, clamped to +-127, into q; returns the sum of
  * each 16 in sums[0 .. n / 16). The same values as nearbyintf(x[i] * inv), 32 at a time where AVX2 is. */
 static inline void round_q8(const float *x, int n, float inv, int8_t *q, int *sums) {
+#if defined(KQ_VNNI)
+    if (n % 64 == 0) { /* 16 at a time; the sums of each 16 from the bytes: sad(q ^ 0x80, 0) = 8 x 128 + sum(q) */
+        const __m512 vi = _mm512_set1_ps(inv);
+        const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+        for (int i = 0; i < n; i += 64) {
+            __m512i bytes = _mm512_setzero_si512(); /* built in a register: a 64-byte load of four 16-byte stores
+                                                     * would wait for them (no store forwarding) */
+            for (int k = 0; k < 4; k++) {
+                const __m512 f = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i + 16 * k), vi),
+                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                const __m512i v = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(f), lo), hi);
+                bytes = _mm512_mask_blend_epi32((__mmask16)(0xF << (4 * k)), bytes,
+                                                _mm512_broadcast_i32x4(_mm512_cvtepi32_epi8(v)));
+            }
+            _mm512_storeu_si512((void *)(q + i), bytes);
+            int64_t sad[8];
+            _mm512_storeu_si512((void *)sad, _mm512_sad_epu8(_mm512_xor_si512(bytes, _mm512_set1_epi8((char)0x80)),
+                                                             _mm512_setzero_si512()));
+            for (int k = 0; k < 4; k++) sums[i / 16 + k] = (int)(sad[2 * k] + sad[2 * k + 1]) - 2048;
+        }
+        return;
+    }
+#endif
 #if defined(KQ_SIMD)
     const __m256 vi = _mm256_set1_ps(inv);
     const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
@@ -495,6 +518,13 @@ static inline void round_q8(const float *x, int n, float inv, int8_t *q, int *su
 }
 
 static inline float abs_max(const float *x, int n) {
+#if defined(KQ_VNNI)
+    if (n % 16 == 0) {
+        __m512 m = _mm512_setzero_ps();
+        for (int i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+        return _mm512_reduce_max_ps(m);
+    }
+#endif
 #if defined(KQ_SIMD)
     __m256 m = _mm256_setzero_ps();
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -533,6 +563,24 @@ static void quantize_act(const float *x, int64_t K, const act_t *a, int64_t m) {
             a->b16[m * (K / 8) + g * 16 + k] = -16 * sum;
         }
     }
+}
+
+/* to_vectors of a group of 256: the transpose of 16 x 4 runs of 4 bytes (vector v, lane k: run 4 k + v) */
+static inline void group_to_vectors(const int8_t *natural, int8_t *r) {
+#if defined(KQ_VNNI)
+    const __m512i z0 = _mm512_loadu_si512((const void *)natural);
+    const __m512i z1 = _mm512_loadu_si512((const void *)(natural + 64));
+    const __m512i z2 = _mm512_loadu_si512((const void *)(natural + 128));
+    const __m512i z3 = _mm512_loadu_si512((const void *)(natural + 192));
+    for (int v = 0; v < 4; v++) {
+        const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
+                                             _mm512_set1_epi32(v));
+        const __m512i lo = _mm512_permutex2var_epi32(z0, idx, z1), hi = _mm512_permutex2var_epi32(z2, idx, z3);
+        _mm512_storeu_si512((void *)(r + 64 * v), _mm512_mask_blend_epi32(0xFF00, lo, hi));
+    }
+#else
+    to_vectors((const uint8_t *)natural, QK_K, (uint8_t *)r);
+#endif
 }
 
 /* The K-quants' activations, ggml's Q8_K: int8 per block of 256 (d = max|x| / 127, round half to even), the sums
@@ -585,7 +633,7 @@ static void quantize_act_k(const float *x, int64_t K, const actk_t *a) {
         for (int s = 0; s < 16; s++) a->bsum[g * 16 + s] = (int16_t)sums[s];
         for (int j = 0; j < 8; j++) a->dsum[g * 8 + j] = d * (float)(sums[2 * j] + sums[2 * j + 1]);
         if (!a->qr) continue;
-        to_vectors((const uint8_t *)q, QK_K, (uint8_t *)(a->qr + g * QK_K));
+        group_to_vectors(q, a->qr + g * QK_K);
         for (int s = 0; s < 16; s++) {
             a->dbs[g * 16 + s] = d * (float)sums[s];
             a->b32[g * 16 + s] = -32 * sums[s];
@@ -1578,7 +1626,7 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
     acts_t a;
     memset(&a, 0, sizeof a);
     if (acts_alloc(&a, M, K, need_32, need_k, need_r, need_r5, need_p)) return -1;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 16384)
     for (int64_t m = 0; m < M; m++) {
         if (need_32) quantize_act(x + m * ldx, K, &a.b32, m);
         if (need_k) {
