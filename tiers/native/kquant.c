@@ -573,8 +573,8 @@ static inline void group_to_vectors(const int8_t *natural, int8_t *r) {
     const __m512i z2 = _mm512_loadu_si512((const void *)(natural + 128));
     const __m512i z3 = _mm512_loadu_si512((const void *)(natural + 192));
     for (int v = 0; v < 4; v++) {
-        const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
-                                             _mm512_set1_epi32(v));
+        const __m512i runs = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+        const __m512i idx = _mm512_add_epi32(runs, _mm512_set1_epi32(v));
         const __m512i lo = _mm512_permutex2var_epi32(z0, idx, z1), hi = _mm512_permutex2var_epi32(z2, idx, z3);
         _mm512_storeu_si512((void *)(r + 64 * v), _mm512_mask_blend_epi32(0xFF00, lo, hi));
     }
