@@ -11,7 +11,7 @@ import torch
 from tests.kquant_helpers import make_blocks
 from tiers.native import DEFAULT_FLAGS, build_library, native_library
 from tiers.quantization.int4 import QuantizationError
-from tiers.quantization.kquant import REPACKED, STORED_TYPES, KQuantWeight, gemm, gather_rows, repack
+from tiers.quantization.kquant import BLOCK_TYPES, REPACKED, STORED_TYPES, KQuantWeight, gemm, gather_rows, repack
 from tiers.quantization.kquant_dense import dequantize_into
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
@@ -80,7 +80,7 @@ def emulate(x: torch.Tensor, weight: torch.Tensor, block: int = 32) -> torch.Ten
 
 @pytest.mark.parametrize("kind", TYPES)
 def test_dequantized_rows_equal_gguf_bit_for_bit(kind):
-    for n, k, seed in ((5, 256, 0), (33, 768, 1)):
+    for n, k, seed in ((5, 256, 0), (33, 768, 1), *(((5, 896, 2),) if BLOCK_TYPES[kind][1] < 256 else ())):
         weight, blocks = _weight(kind, n, k, seed)
         want = _gguf_dequantize(kind, blocks, n, k)
         assert torch.equal(weight.dequantize(), want)
@@ -130,8 +130,8 @@ def test_matmul_equals_its_exact_emulation_on_every_isa(library, kind, m, n, k):
 @pytest.mark.parametrize("m,n", [(6, 24), (1, 25)])  # (1, 25): a decode step, weight rows in pairs and one left
 def test_every_isa_gives_the_same_bits(kind, m, n):
     """Exact integer sums and the same float operations in the same order on every path: identical results. Rows of
-    768: Q4_K_R's pair of groups and its odd last group."""
-    for k in (512, 768):
+    768: Q4_K_R's pair of groups and its odd last group; of 384: Q5_0_R's group of 8 blocks and its last group of 4."""
+    for k in (512, 768) if BLOCK_TYPES[kind][1] == 256 else (384, 512, 768):
         weight, _ = _weight(kind, n, k, 7)
         x = torch.randn(m, k)
         results = {}
@@ -149,7 +149,7 @@ def test_each_row_is_independent_of_its_batch(threads):
     torch.set_num_threads(threads)
     library = native_library()
     for kind, k in (("Q4_K", 512), ("Q6_K", 512), ("Q4_K_R", 512), ("Q4_K_R", 768), ("Q6_K_R", 512), ("Q5_0", 512),
-                    ("Q5_0_R", 512), ("Q8_0", 512), ("Q5_1", 512)):
+                    ("Q5_0_R", 512), ("Q5_0_R", 896), ("Q8_0", 512), ("Q5_1", 512)):
         weight, _ = _weight(kind, 300, k, 11)
         x = torch.randn(13, k)
         full = gemm(library, x, weight)

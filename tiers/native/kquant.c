@@ -216,7 +216,10 @@ static inline void codes_c(int type, const uint8_t *g, int j, uint8_t *out) {
  *   pair  the two groups' 16-byte heads (d, dmin, the 12 bytes of scales and mins); then 8 vectors of 32 bytes:
  *         byte 4k + i of vector u holds, in its low nibble, element 32k + 4u + i of the first group (lane k) and in
  *         its high nibble the same element of the second (lane 8 + k)
- * Q5_0_R takes groups of 4 blocks (128 elements, 88 bytes): the 4 fp16 d; then 2 vectors of 64 codes whose byte p of
+ * Q5_0_R rows are stored in groups of 8 blocks (256 elements, 176 bytes: the 8 fp16 d, 4 vectors of 64 codes as 32
+ * bytes of nibbles each, then 8 bytes of fifth bits per vector; byte p of vector v is element 16 (p / 4) + 4 v + p % 4:
+ * an int32 lane per 16 elements, two per block), a row's last 128 elements when K / 128 is odd in one group of 4: */
+/* Q5_0_R's group of 4 blocks (128 elements, 88 bytes): the 4 fp16 d; then 2 vectors of 64 codes whose byte p of
  * vector v is element 8 (p / 4) + 4 v + p % 4 (int32 lane k: elements 8k .. 8k + 7, block k / 4), as 32 bytes of
  * nibbles (as Q4_K_R's) each, then per vector 8 bytes whose bit p is position p's fifth bit. */
 /* n codes (256, or Q5_0_R's 128) from natural order to the repacked vectors' (r[64 v + p]) and back: with lanes of
@@ -272,8 +275,68 @@ static inline void codes_repacked(int type, const uint8_t *g, uint8_t *c) {
     from_vectors(r, n, c);
 }
 
-/* N rows of K elements of Q5_0 blocks (K a multiple of 128) rewritten in place as Q5_0_R */
-static void repack_q5_0(uint8_t *w, int64_t groups) {
+/* the G blocks of Q5_0 at `blocks` (G = 4 or 8, stored) as one Q5_0_R group of G blocks at g (22 G bytes) */
+static void q5_0_group_pack(const uint8_t *blocks, int G, uint8_t *g) {
+    uint8_t c[QK_K], r[QK_K];
+    const int n = 32 * G;
+    for (int b = 0; b < G; b++) {
+        codes_c(T_Q5_0, blocks + 22 * b, 0, c + 32 * b);
+        memcpy(g + 2 * b, blocks + 22 * b, 2);
+    }
+    for (int i = 0; i < n; i++) c[i] = (uint8_t)((int8_t)c[i] + 16);
+    to_vectors(c, n, r);
+    nibbles_pack(r, n, g + 2 * G);
+    for (int v = 0; v < n / 64; v++) {
+        uint64_t bits = 0;
+        for (int p = 0; p < 64; p++) bits |= (uint64_t)(r[64 * v + p] >> 4) << p;
+        memcpy(g + 18 * G + 8 * v, &bits, 8);
+    }
+}
+
+/* a Q5_0_R group of G blocks' 32 G codes, unsigned (0..31), natural order */
+static void q5_0_group_codes(const uint8_t *g, int G, uint8_t *c) {
+    uint8_t r[QK_K];
+    const int n = 32 * G;
+    nibbles_unpack(g + 2 * G, n, r);
+    for (int v = 0; v < n / 64; v++) {
+        uint64_t bits;
+        memcpy(&bits, g + 18 * G + 8 * v, 8);
+        for (int p = 0; p < 64; p++) r[64 * v + p] |= (uint8_t)(((bits >> p) & 1) << 4);
+    }
+    from_vectors(r, n, c);
+}
+
+/* a row of K elements of Q5_0 (K a multiple of 128) rewritten in place as Q5_0_R: groups of 8, a last group of 4 */
+static void repack_q5_0_row(uint8_t *row, int64_t K) {
+    uint8_t blocks[176];
+    for (int64_t e = 0; e < K; e += 256) {
+        const int G = K - e >= 256 ? 8 : 4;
+        uint8_t *g = row + e / 32 * 22;
+        memcpy(blocks, g, 22 * G);
+        q5_0_group_pack(blocks, G, g);
+    }
+}
+
+/* 128-element group gi of a Q5_0_R row of K as the 4 stored Q5_0 blocks it came from (88 bytes into out) */
+static void q5_0_r_blocks(const uint8_t *row, int64_t K, int64_t gi, uint8_t *out) {
+    const int64_t e = gi / 2 * 256;
+    const int G = K - e >= 256 ? 8 : 4, first = G == 8 ? 4 * (int)(gi & 1) : 0;
+    const uint8_t *g = row + e / 32 * 22;
+    uint8_t c[QK_K];
+    q5_0_group_codes(g, G, c);
+    for (int b = 0; b < 4; b++) {
+        uint8_t *blk = out + 22 * b;
+        const uint8_t *cb = c + 32 * (first + b);
+        uint32_t qh = 0;
+        memcpy(blk, g + 2 * (first + b), 2);
+        for (int l = 0; l < 32; l++) qh |= (uint32_t)(cb[l] >> 4) << l;
+        memcpy(blk + 2, &qh, 4);
+        for (int l = 0; l < 16; l++) blk[6 + l] = (uint8_t)((cb[l] & 0x0F) | ((cb[l + 16] & 0x0F) << 4));
+    }
+}
+
+/* N rows of K elements of Q5_0 blocks (K a multiple of 128) rewritten in place as Q5_0_R (the old single layout) */
+static __attribute__((unused)) void repack_q5_0(uint8_t *w, int64_t groups) {
     for (int64_t gi = 0; gi < groups; gi++) {
         uint8_t *g = w + gi * 88, blocks[88], c[QR5], r[QR5];
         memcpy(blocks, g, 88);
@@ -346,7 +409,7 @@ static void q4_k_r_group_stored(const uint8_t *row, int64_t ng, int64_t gi, uint
  * type id, or -1 for a type this layout does not take or a K its groups do not divide. */
 int aio_kq_repack(uint8_t *w, int64_t N, int64_t K, int type) {
     if (type == T_Q5_0 && row_bytes(T_Q5_0_R, K)) {
-        repack_q5_0(w, N * (K / QR5));
+        for (int64_t n = 0; n < N; n++) repack_q5_0_row(w + n * row_bytes(T_Q5_0_R, K), K);
         return T_Q5_0_R;
     }
     if ((type != T_Q4_K && type != T_Q6_K) || !row_bytes(type, K)) return -1;
@@ -433,7 +496,13 @@ int aio_kq_dequantize_dense(const uint8_t *w, int64_t N, int64_t K, int type, vo
             }
             break;
         case T_Q6_K_R: KQ_DEQ(T_Q6_K_R); break;
-        case T_Q5_0_R: KQ_DEQ(T_Q5_0_R); break;
+        case T_Q5_0_R: /* through the stored blocks: groups of 8 interleave two groups of 4 */
+            for (int64_t gi = 0; gi < K / QR5; gi++) {
+                uint8_t g[88];
+                q5_0_r_blocks(w + n * rb, K, gi, g);
+                dequantize_row(T_Q5_0, g, QR5, bf16, (char *)out + (n * K + gi * QR5) * es);
+            }
+            break;
         case T_Q8_0: KQ_DEQ(T_Q8_0); break;
         case T_Q5_0: KQ_DEQ(T_Q5_0); break;
         case T_Q5_1: KQ_DEQ(T_Q5_1); break;
@@ -553,14 +622,15 @@ static void quantize_act(const float *x, int64_t K, const act_t *a, int64_t m) {
     }
     if (!a->qr) return;
     int8_t *qr = a->qr + m * K;
-    for (int64_t g = 0; g < K / QR5; g++) {
-        to_vectors((const uint8_t *)(q + g * QR5), QR5, (uint8_t *)(qr + g * QR5));
+    for (int64_t e = 0, lanes = m * (K / 8); e < K; e += 256, lanes += 16) { /* Q5_0_R's groups of 8 (of 4) */
+        const int n = K - e >= 256 ? 256 : 128, width = n / 16;
+        to_vectors((const uint8_t *)(q + e), n, (uint8_t *)(qr + e));
         for (int k = 0; k < 16; k++) {
-            const int8_t *src = q + g * QR5 + 8 * k;
+            const int8_t *src = q + e + width * k;
             int sum = 0;
-            for (int i = 0; i < 8; i++) sum += src[i];
-            a->da[m * (K / 8) + g * 16 + k] = d[g * 4 + k / 4];
-            a->b16[m * (K / 8) + g * 16 + k] = -16 * sum;
+            for (int i = 0; i < width; i++) sum += src[i];
+            a->da[lanes + k] = d[(e + width * k) / QK];
+            a->b16[lanes + k] = -16 * sum;
         }
     }
 }
@@ -1357,102 +1427,121 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
 
 
 /* ---------------------------------------------------------------- Q5_0 repacked (Q5_0_R)
- * Per group of 128 and activation row, 16 int32 lanes: isum[k] = the dot product of elements 8k .. 8k + 7's unsigned
- * codes (0..31) with the activations, less 16 * their sum (b16); then acc[k] = fma(float(isum[k]) * d_act, d_w, acc[k])
- * with the d of the lane's block for both. The row's result is reduced as kr_rows'. */
+ * Per group of G blocks (8, or a row's last 4) and activation row, 16 int32 lanes: isum[k] = the dot product of lane
+ * k's 2 G elements' unsigned codes (0..31) with the activations, less 16 * their sum (b16); then
+ * acc[k] = fma(float(isum[k]) * d_act, d_w, acc[k]) with the d of the lane's block for both. The row's result is
+ * reduced as kr_rows'. A group starts at element e: bytes e / 32 * 22, lanes e / 16 (act_t's da / b16 per row). */
+#define KR5_GROUPS(...)                                                                                        \
+    for (int64_t e = 0; e < K; e += 256) {                                                                     \
+        const uint8_t *g = w + n * rb + e / 32 * 22;                                                           \
+        const int64_t lane0 = e / 16;                                                                          \
+        if (K - e >= 256) {                                                                                    \
+            const int G = 8;                                                                                   \
+            __VA_ARGS__                                                                                        \
+        } else {                                                                                               \
+            const int G = 4;                                                                                   \
+            __VA_ARGS__                                                                                        \
+        }                                                                                                      \
+    }
 #if defined(KQ_VNNI)
 static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
                                                            const uint8_t *w, int64_t n, float *out, int64_t ldo) {
-    const int64_t rb = row_bytes(T_Q5_0_R, K), ng = K / QR5, nl = K / 8;
-    const __m512i lane_block = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const int64_t rb = row_bytes(T_Q5_0_R, K), nl = K / 8;
     __m512 acc[KR_ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t gi = 0; gi < ng; gi++) {
-        const uint8_t *g = w + n * rb + gi * 88;
-        group_prefetch(g, 88);
-        const __m512 scd = _mm512_permutexvar_ps(lane_block, _mm512_castps128_ps512(
-            _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g))));
+    KR5_GROUPS({
+        group_prefetch(g, 22 * G);
+        const __m512 d = _mm512_castps256_ps512(G == 8 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g))
+                                                       : _mm256_castps128_ps256(_mm_cvtph_ps(
+                                                             _mm_loadl_epi64((const __m128i *)g))));
+        const __m512i lane_block = G == 8 ? _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)
+                                          : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        const __m512 scd = _mm512_permutexvar_ps(lane_block, d);
         __m512i isum[KR_ROWS];
-        for (int r = 0; r < R; r++) isum[r] = _mm512_load_si512((const void *)(a->b16 + (m0 + r) * nl + gi * 16));
-        for (int v = 0; v < 2; v++) {
-            const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 8 + 32 * v)));
+        for (int r = 0; r < R; r++) isum[r] = _mm512_loadu_si512((const void *)(a->b16 + (m0 + r) * nl + lane0));
+#pragma GCC unroll 4
+        for (int v = 0; v < G / 2; v++) {
+            const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v)));
             const __m512i lo = nibbles_split(ql);
             uint64_t bits;
-            memcpy(&bits, g + 72 + 8 * v, 8);
+            memcpy(&bits, g + 18 * G + 8 * v, 8);
             const __m512i codes = _mm512_or_si512(lo, _mm512_maskz_mov_epi8((__mmask64)bits, _mm512_set1_epi8(0x10)));
             for (int r = 0; r < R; r++) {
-                const int8_t *av = a->qr + (m0 + r) * K + gi * QR5 + 64 * v;
+                const int8_t *av = a->qr + (m0 + r) * K + e + 64 * v;
                 isum[r] = _mm512_dpbusd_epi32(isum[r], codes, _mm512_load_si512((const void *)av));
             }
         }
         for (int r = 0; r < R; r++) {
             const __m512 t =
-                _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_load_ps(a->da + (m0 + r) * nl + gi * 16));
+                _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_loadu_ps(a->da + (m0 + r) * nl + lane0));
             acc[r] = _mm512_fmadd_ps(t, scd, acc[r]);
         }
-    }
+    })
     for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = sum512(acc[r]) + 0.0f;
 }
 #elif defined(KQ_SIMD)
 static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
                                                            const uint8_t *w, int64_t n, float *out, int64_t ldo) {
-    const int64_t rb = row_bytes(T_Q5_0_R, K), ng = K / QR5, nl = K / 8;
+    const int64_t rb = row_bytes(T_Q5_0_R, K), nl = K / 8;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[KQ_ROWS][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (int64_t gi = 0; gi < ng; gi++) {
-        const uint8_t *g = w + n * rb + gi * 88;
-        group_prefetch(g, 88);
-        const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g));
-        const __m256 d8 = _mm256_castps128_ps256(d4);
-        const __m256 scd[2] = {_mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
-                               _mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3))};
+    KR5_GROUPS({
+        group_prefetch(g, 22 * G);
+        const __m256 d8 = G == 8 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g))
+                                 : _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g)));
+        const __m256 scd[2] = {
+            _mm256_permutevar8x32_ps(d8, G == 8 ? _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)
+                                                : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
+            _mm256_permutevar8x32_ps(d8, G == 8 ? _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)
+                                                : _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3))};
         __m256i isum[KQ_ROWS][2];
         for (int r = 0; r < R; r++)
             for (int h = 0; h < 2; h++)
-                isum[r][h] = _mm256_load_si256((const __m256i *)(a->b16 + (m0 + r) * nl + gi * 16 + 8 * h));
-        for (int v = 0; v < 2; v++) {
-            const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 8 + 32 * v));
+                isum[r][h] = _mm256_loadu_si256((const __m256i *)(a->b16 + (m0 + r) * nl + lane0 + 8 * h));
+        for (int v = 0; v < G / 2; v++) {
+            const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
             uint32_t bits[2];
-            memcpy(bits, g + 72 + 8 * v, 8);
+            memcpy(bits, g + 18 * G + 8 * v, 8);
             const __m256i c[2] = {_mm256_or_si256(_mm256_and_si256(ql, m4), bits_to_16(bits[0])),
                                   _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), bits_to_16(bits[1]))};
             for (int r = 0; r < R; r++)
                 for (int h = 0; h < 2; h++)
-                    isum[r][h] = dot32_add(isum[r][h], c[h], a->qr + (m0 + r) * K + gi * QR5 + 64 * v + 32 * h);
+                    isum[r][h] = dot32_add(isum[r][h], c[h], a->qr + (m0 + r) * K + e + 64 * v + 32 * h);
         }
         for (int r = 0; r < R; r++)
             for (int h = 0; h < 2; h++) {
                 const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]),
-                                               _mm256_load_ps(a->da + (m0 + r) * nl + gi * 16 + 8 * h));
+                                               _mm256_loadu_ps(a->da + (m0 + r) * nl + lane0 + 8 * h));
                 acc[r][h] = _mm256_fmadd_ps(t, scd[h], acc[r][h]);
             }
-    }
+    })
     for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = facc_sum(_mm256_add_ps(acc[r][0], acc[r][1])) + 0.0f;
 }
 #else
 static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
                                                            const uint8_t *w, int64_t n, float *out, int64_t ldo) {
-    const int64_t rb = row_bytes(T_Q5_0_R, K), ng = K / QR5, nl = K / 8;
+    const int64_t rb = row_bytes(T_Q5_0_R, K), nl = K / 8;
     float acc[KQ_ROWS][16] = {{0.0f}};
-    for (int64_t gi = 0; gi < ng; gi++) {
-        const uint8_t *g = w + n * rb + gi * 88;
-        uint8_t c[QR5];
-        codes_repacked(T_Q5_0_R, g, c);
+    KR5_GROUPS({
+        uint8_t c[QK_K];
+        const int width = 2 * G; /* elements per lane */
+        q5_0_group_codes(g, G, c);
         for (int r = 0; r < R; r++) {
             const int64_t m = m0 + r;
-            const int8_t *q = a->q + m * K + gi * QR5;
+            const int8_t *q = a->q + m * K + e;
             for (int k = 0; k < 16; k++) {
-                int32_t isum = a->b16[m * nl + gi * 16 + k];
-                for (int i = 8 * k; i < 8 * k + 8; i++) isum += (int32_t)c[i] * q[i];
-                const float t = (float)isum * a->da[m * nl + gi * 16 + k];
-                acc[r][k] = fmaf(t, fp16(g + 2 * (k / 4)), acc[r][k]);
+                int32_t isum = a->b16[m * nl + lane0 + k];
+                for (int i = width * k; i < width * k + width; i++) isum += (int32_t)c[i] * q[i];
+                const float t = (float)isum * a->da[m * nl + lane0 + k];
+                acc[r][k] = fmaf(t, fp16(g + 2 * (width * k / QK)), acc[r][k]);
             }
         }
-    }
+    })
     for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = sum16(acc[r]) + 0.0f;
 }
 #endif
+#undef KR5_GROUPS
 
 /* weight rows n0 .. n0 + NT - 1 of a K-quant for R activation rows */
 static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const actk_t *a, int64_t m0, const int R,

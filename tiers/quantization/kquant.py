@@ -22,7 +22,7 @@ from tiers.quantization.int4 import QuantizationError
 # the block types of GGUF files this module takes
 STORED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 # the native kernel's own layout of a stored type (repack): the same bytes per element, codes reordered for its
-# lanes; Q5_0_R in groups of 4 blocks (rows of a multiple of 128 elements)
+# lanes (kquant.c has the layouts); Q5_0_R's rows are a multiple of 128 elements, its unit here 4 blocks
 REPACKED = {"Q4_K": "Q4_K_R", "Q6_K": "Q6_K_R", "Q5_0": "Q5_0_R"}
 GROUP_BLOCKS = {"Q5_0_R": 4}
 # type id, elements per block, bytes per block: gguf's own table (GGML_QUANT_SIZES), not restated; a repacked type's
