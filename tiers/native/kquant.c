@@ -47,9 +47,9 @@
  * group being read, into L1 KQ_PREFETCH ahead. A demand stream consumed as slowly as these kernels consume it (some
  * 20 cycles per 144-byte group) does not keep enough misses in flight on its own: with no software prefetch the 1.5B's
  * shapes read 16-19 GB/s where a plain read loop reads 31; 4 KB ahead into L1 alone reached 22-26; the two stages
- * 24-28 (docs/benchmarks.md, issue 37's fifth pass). */
+ * 24-30 (docs/benchmarks.md, issue 37's fifth pass). */
 #ifndef KQ_PREFETCH
-#define KQ_PREFETCH 1024
+#define KQ_PREFETCH 2048 /* 1 KB: 1-4% less at one row on the 1.5B's four shapes, two runs; 5 rows mixed */
 #endif
 #ifndef KQ_PREFETCH_L2
 #define KQ_PREFETCH_L2 8192
