@@ -255,24 +255,17 @@ static void codes_stored(int type, const uint8_t *g, uint8_t *c) {
         for (int i = 0; i < QK_K; i++) c[i] = (uint8_t)((int8_t)c[i] + 32);
 }
 
-/* a repacked group's codes (256; Q5_0_R 128), unsigned, natural order: decoded in the repacked order (contiguous
- * loops, which vectorize), then moved 4 at a time */
+/* a single Q4_K_R / Q6_K_R group's 256 codes, unsigned, natural order: decoded in the repacked order (contiguous
+ * loops, which vectorize), then moved 4 at a time (Q4_K_R pairs: pair_codes; Q5_0_R: q5_0_group_codes) */
 static inline void codes_repacked(int type, const uint8_t *g, uint8_t *c) {
-    const int n = type == T_Q5_0_R ? QR5 : QK_K;
     uint8_t r[QK_K];
-    nibbles_unpack(g + (type == T_Q4_K_R ? 16 : type == T_Q5_0_R ? 8 : 0), n, r);
+    nibbles_unpack(g + (type == T_Q4_K_R ? 16 : 0), QK_K, r);
     if (type == T_Q6_K_R)
         for (int v = 0; v < 4; v++)
             for (int t = 0; t < 4; t++)
                 for (int i = 0; i < 16; i++)
                     r[64 * v + 16 * t + i] |= (uint8_t)(((g[128 + 16 * v + i] >> (2 * t)) & 3) << 4);
-    if (type == T_Q5_0_R)
-        for (int v = 0; v < 2; v++) {
-            uint64_t bits;
-            memcpy(&bits, g + 72 + 8 * v, 8);
-            for (int p = 0; p < 64; p++) r[64 * v + p] |= (uint8_t)(((bits >> p) & 1) << 4);
-        }
-    from_vectors(r, n, c);
+    from_vectors(r, QK_K, c);
 }
 
 /* the G blocks of Q5_0 at `blocks` (G = 4 or 8, stored) as one Q5_0_R group of G blocks at g (22 G bytes) */
@@ -332,26 +325,6 @@ static void q5_0_r_blocks(const uint8_t *row, int64_t K, int64_t gi, uint8_t *ou
         for (int l = 0; l < 32; l++) qh |= (uint32_t)(cb[l] >> 4) << l;
         memcpy(blk + 2, &qh, 4);
         for (int l = 0; l < 16; l++) blk[6 + l] = (uint8_t)((cb[l] & 0x0F) | ((cb[l + 16] & 0x0F) << 4));
-    }
-}
-
-/* N rows of K elements of Q5_0 blocks (K a multiple of 128) rewritten in place as Q5_0_R (the old single layout) */
-static __attribute__((unused)) void repack_q5_0(uint8_t *w, int64_t groups) {
-    for (int64_t gi = 0; gi < groups; gi++) {
-        uint8_t *g = w + gi * 88, blocks[88], c[QR5], r[QR5];
-        memcpy(blocks, g, 88);
-        for (int b = 0; b < 4; b++) {
-            codes_c(T_Q5_0, blocks + 22 * b, 0, c + 32 * b);
-            memcpy(g + 2 * b, blocks + 22 * b, 2);
-        }
-        for (int i = 0; i < QR5; i++) c[i] = (uint8_t)((int8_t)c[i] + 16);
-        to_vectors(c, QR5, r);
-        nibbles_pack(r, QR5, g + 8);
-        for (int v = 0; v < 2; v++) {
-            uint64_t bits = 0;
-            for (int p = 0; p < 64; p++) bits |= (uint64_t)(r[64 * v + p] >> 4) << p;
-            memcpy(g + 72 + 8 * v, &bits, 8);
-        }
     }
 }
 
@@ -451,17 +424,14 @@ static inline __attribute__((always_inline)) void dequantize_row(const int TYPE,
         const uint8_t *g = row + gi * gb;
         float lo[8], hi[8], mn[8];
         uint8_t all[QK_K];
-        if (TYPE == T_Q5_0_R)
-            for (int j = 0; j < 4; j++) lo[j] = hi[j] = fp16(g + 2 * j), mn[j] = 0.0f;
-        else
-            group_scales(stored_type(TYPE), g, lo, hi, mn);
+        group_scales(stored_type(TYPE), g, lo, hi, mn);
         if (repacked) codes_repacked(TYPE, g, all);
         for (int j = 0; j < subs_per_group(TYPE); j++) {
             uint8_t c[32];
             float v[32];
             if (repacked)
                 for (int l = 0; l < 32; l++)
-                    c[l] = (uint8_t)(all[32 * j + l] - (TYPE == T_Q6_K_R ? 32 : TYPE == T_Q5_0_R ? 16 : 0));
+                    c[l] = (uint8_t)(all[32 * j + l] - 32); /* Q6_K_R's: Q4_K_R / Q5_0_R go by their stored blocks */
             else
                 codes_c(TYPE, g, j, c);
             for (int l = 0; l < 16; l++) v[l] = sgn ? lo[j] * (float)(int8_t)c[l] : lo[j] * (float)c[l] + mn[j];
@@ -665,7 +635,7 @@ typedef struct {
     float *dbs;    /* [M, K / 16] d * sum(q) (Q4_K_R's mins) */
     int32_t *b32;  /* [M, K / 16] -32 * sum(q) (Q6_K_R's - 32) */
     /* for Q4_K_R (NULL when no part is one) */
-    int8_t *qp;    /* [M, K] in Q4_K_R's pairs' order (an odd last group: qr's) */
+    int8_t *qp;    /* [M, K] in Q4_K_R's pairs' order (a row's odd last group reads qr) */
     float *pd;     /* [M, K / 512 pairs, 32]: a pair's lanes' d (the first group's 8 times, the second's 8 times),
                     * then its lanes' d * sum(q) (dsum's): 128 bytes a pair, aligned whatever K */
 } actk_t;
@@ -1211,7 +1181,7 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
 }
 
 /* Weight rows n0 .. n0 + NT - 1 for R activation rows, K in blocks of KR_BLOCK groups: each block's activations are
- * read for all NT rows while they are in L1 (5 rows of the 1.5B's down projection, 8,960 wide, are 67 KB of
+ * read for all NT rows while they are in L1 (5 rows of the 1.5B's down projection, 8,960 wide, are 50-56 KB of
  * activations: read from L2 for every weight row, they made 5 rows cost 1.7x one). The same operations in the same
  * order per output as kr_rows (the accumulators wait in memory between blocks): the same bits. The prefetches follow
  * the blocked order: the next segment into L1, this segment of the next tile's rows into L2. */
