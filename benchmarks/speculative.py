@@ -18,11 +18,12 @@ Two pairs:
 
 Measured, greedy, at batch 1 (the timed prompts one after another) and batch 8 (all at once): the target alone,
 the target with the draft at adaptive k (the engine's default: k in 0..4 chosen every step from measured
-acceptance and costs), at a fixed k = 4 for reference, and (family) the draft scoring its whole vocabulary
-(draft_vocab_size=0; the default scores 32,768 ids and what it is fed) and ngram drafting at adaptive and fixed k. Each
-system is warmed up on other prompts of the same batch size (the adaptive controller learns its costs there), then
-timed best of two, interleaved, the order rotating between the two (no system always runs first). Greedy tokens
-of every speculative run are checked against the target alone's.
+acceptance and costs, drafts stopping early where the draft's confidence says one more token would not pay), the
+same without that stop (a per-request k only), at a fixed k = 4 for reference, and (family) the draft scoring its
+whole vocabulary (draft_vocab_size=0; the default scores 32,768 ids and what it is fed) and ngram drafting at
+adaptive and fixed k. Each system is warmed up on other prompts of the same batch size (the adaptive controller
+learns its costs there), then timed best of two, interleaved, the order rotating between the two (no system always
+runs first). Greedy tokens of every speculative run are checked against the target alone's.
 
 Reported: acceptance rate (accepted / draft tokens), Leviathan's alpha (accepted / (accepted + rejections)), mean
 tokens per verification, per-position acceptance, the cost ratio c (a batch-1 decode step of the draft engine
@@ -217,6 +218,8 @@ def build_systems(pair: str, quick: bool, seed: int) -> tuple[dict, Any, Workloa
             target_path, draft=draft, num_speculative_tokens=MAX_K, **args),
         f"draft, fixed k = {MAX_K}": Engine.from_pretrained(
             target_path, draft=draft, num_speculative_tokens=MAX_K, speculative_adaptive=False, **args),
+        f"draft, adaptive k <= {MAX_K}, no confidence stop": Engine.from_pretrained(
+            target_path, draft=draft, num_speculative_tokens=MAX_K, speculative_confidence_stop=False, **args),
     }
     if pair == "family":  # the draft scoring its whole vocabulary (draft_vocab_size=0), the default's baseline
         systems[f"draft, full vocab, adaptive k <= {MAX_K}"] = Engine.from_pretrained(

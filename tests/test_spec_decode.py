@@ -159,8 +159,8 @@ def test_greedy_identity_with_a_reduced_draft_vocabulary(pair):
     proposed: list[int] = []
     original = engine.speculator.proposer.propose
 
-    def recording(items):
-        original(items)
+    def recording(items, *args):
+        original(items, *args)
         proposed.extend(t for seq, _ in items for t in seq.spec_token_ids)
 
     engine.speculator.proposer.propose = recording
@@ -204,6 +204,22 @@ def test_rejections_leak_no_blocks(pair, bad_draft):
     stats = engine.stats()
     assert stats.num_preemptions > 0
     assert stats.speculative.num_draft_tokens > 100 and stats.speculative.acceptance_rate < 0.3
+    assert_no_leak(engine)
+
+
+def test_greedy_identity_with_adaptive_k_and_the_confidence_stop(pair):
+    """The engine's default speculation (adaptive k, drafts that stop on the draft's confidence): the target's
+    greedy tokens, and the stop rule was asked."""
+    target, draft = pair
+    prompts = make_prompts(512)
+    plain = greedy(Engine.from_pretrained(target), prompts, max_tokens=48)
+    engine = Engine.from_pretrained(target, draft=draft)
+    controller = engine.speculator.controller
+    asked = []
+    original = controller.keep_drafting
+    controller.keep_drafting = lambda drafts, tokens: asked.append(controller.stopping) or original(drafts, tokens)
+    assert greedy(engine, prompts, max_tokens=48) == plain
+    assert asked and engine.stats().speculative.num_accepted_tokens > 0
     assert_no_leak(engine)
 
 
@@ -305,28 +321,34 @@ def exact_marginals(path, prompt: list[int], params: SamplingParams, steps: int)
     return marginals
 
 
-@pytest.mark.parametrize("params,draft_vocab", [
-    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 0),
-    (SamplingParams(max_tokens=4, temperature=0.8, top_k=12, top_p=0.9, ignore_eos=True), 0),
-    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 4)],
-    ids=["plain", "top-k-top-p", "plain-reduced-draft-vocabulary"])
-def test_speculative_sampling_matches_the_target_distribution(tiny_vocab_pair, params, draft_vocab):
+@pytest.mark.parametrize("params,draft_vocab,stop_below", [
+    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 0, None),
+    (SamplingParams(max_tokens=4, temperature=0.8, top_k=12, top_p=0.9, ignore_eos=True), 0, None),
+    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 4, None),
+    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 0, 0.3)],
+    ids=["plain", "top-k-top-p", "plain-reduced-draft-vocabulary", "confidence-stop"])
+def test_speculative_sampling_matches_the_target_distribution(tiny_vocab_pair, params, draft_vocab, stop_below):
     """Output tokens 2 and 3 come from verification (token 1 from the prefill): over 2,000 fixed seeds their
     empirical distributions match the target's exact marginals (chi-square). With a reduced draft vocabulary (ids
     0-3, the prompt's tokens, then what the draft is fed, at most 8 of 24) the draft's q is zero outside its rows:
-    the residual distribution must supply those tokens."""
+    the residual distribution must supply those tokens. With a stop on the draft's confidence (here: after a token
+    of q at most stop_below) how many tokens are drafted depends on what was sampled, and must not bias it."""
     target, draft = tiny_vocab_pair
     prompt = [3, 9, 4, 17, 5]
     engine = Engine.from_pretrained(target, draft=draft, num_speculative_tokens=2, speculative_adaptive=False,
                                     draft_vocab_size=draft_vocab)
     head = engine.speculator.proposer.runner.head
     assert (head is not None) == bool(draft_vocab)
+    if stop_below is not None:
+        engine.speculator.controller.keep_drafting = lambda drafts, _: [c[-1] > stop_below for _, c in drafts]
     n = 2000
     seeded = [SamplingParams(**{**params.__dict__, "seed": seed}) for seed in range(n)]
     outs = engine.generate([prompt] * n, seeded)
     tokens = torch.tensor([o.token_ids for o in outs])
     stats = engine.stats().speculative
-    assert stats.num_draft_tokens > 3000 and 0.2 < stats.acceptance_rate < 0.95  # both branches well exercised
+    assert stats.num_draft_tokens > 2000 and 0.2 < stats.acceptance_rate < 0.95  # both branches well exercised
+    if stop_below is not None:  # some drafts stopped after one token, some did not
+        assert stats.num_verifications < stats.num_draft_tokens < 2 * stats.num_verifications
     marginals = exact_marginals(target, prompt, params, 3)
     for position in (1, 2):
         counts = torch.bincount(tokens[:, position], minlength=24).double()
@@ -374,7 +396,7 @@ def test_adaptive_k_follows_measured_costs():
     """k maximises expected tokens per second under the measured costs: on a CPU whose matmuls cost the same for
     1-3 rows and double at 4 rows, batch 1 speculates k = 2; at batch 8, where every extra row costs nearly as
     much as a plain decode, it switches speculation off; with a poor acceptance it stays off at batch 1 too."""
-    controller = SpecController(max_k=4)
+    controller = SpecController(max_k=4, confidence_stop=False)
     for tokens, seconds in [(1, 1.0), (3, 1.05), (5, 2.0), (8, 3.0), (16, 6.0), (32, 12.0), (40, 15.0)]:
         controller.observe_target(tokens, seconds)
     controller.observe_draft(1, 0.1)
@@ -389,6 +411,40 @@ def test_adaptive_k_follows_measured_costs():
     last.params = SamplingParams(max_tokens=1, temperature=0.0)
     controller.plan([last], 1024, 0)
     assert last.num_lookahead_tokens == 0
+
+
+def test_confidence_stop_drafts_while_one_more_token_pays():
+    """Measured costs: a draft forward 0.3 s, a target step 1.0 s + 0.1 s per token. Once speculation wins, a
+    request may draft up to 4 tokens; after each it drafts one more while P * alpha * C > E * (0.3 + 0.1): a token
+    of confidence 0.95 goes on, 0.4 stops (0.504 < 0.56 at one token), and so does a long run whose P has shrunk.
+    Probes and fixed k draft their k."""
+    def controller(**kw) -> SpecController:
+        c = SpecController(max_k=4, **kw)
+        for tokens in (1, 2, 3, 4, 5, 8, 16):
+            c.observe_target(tokens, 1.0 + 0.1 * (tokens - 1))
+        c.observe_draft(1, 0.3)
+        c.observe_draft(2, 0.35)
+        return c
+
+    c = controller()
+    one = decoding_sequences(1, 0.9)
+    assert c.plan(one, 1024, 0) == 4 and one[0].num_lookahead_tokens == 4 and c.stopping
+    seq = one[0]
+    assert c.keep_drafting([(seq, [0.95])], 2) == [True]
+    assert c.keep_drafting([(seq, [0.4])], 2) == [False]
+    assert c.keep_drafting([(seq, [0.99, 0.98, 0.97])], 4) == [True]
+    assert c.keep_drafting([(seq, [0.9, 0.7, 0.6])], 4) == [False]
+    two = decoding_sequences(2, 0.9)
+    c.plan(two, 1024, 0)
+    assert c.keep_drafting([(two[0], [0.99]), (two[1], [0.2])], 4) == [True, False]
+    fixed = controller(adaptive=False)
+    fixed.plan(one, 1024, 0)
+    assert not fixed.stopping and fixed.keep_drafting([(seq, [0.01])], 2) == [True]
+    off = controller(confidence_stop=False)
+    assert off.plan(one, 1024, 0) < 4 and not off.stopping
+    probing = SpecController(max_k=4)  # no costs measured: the first steps time each step size
+    k = probing.plan(decoding_sequences(1, 0.9), 1024, 0)
+    assert not probing.stopping and probing.keep_drafting([(seq, [0.01] * k)], 1 + k) == [True]
 
 
 def test_adaptive_k_measures_every_step_size_once():

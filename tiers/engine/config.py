@@ -33,6 +33,10 @@ class EngineConfig:
     speculative: str | None = None
     num_speculative_tokens: int = 4
     speculative_adaptive: bool = True
+    # With speculative_adaptive and a draft model: once speculating pays, a request drafts up to
+    # num_speculative_tokens and stops early where the draft's confidence says one more token would not pay
+    # (tiers/engine/spec_decode/adaptive.py). Never changes an output.
+    speculative_confidence_stop: bool = True
     ngram_min: int = 1
     ngram_max: int = 3
     # The draft model scores this many token ids (the commonest: the lowest ids), the special tokens and the tokens

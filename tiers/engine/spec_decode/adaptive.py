@@ -8,10 +8,20 @@ the most emitted tokens per second wins, so speculation switches itself off when
 large enough that verification stops paying, and comes back when that changes. Acceptance is tracked per request
 (decaying counts, started from the engine-wide rate); a request below MIN_ALPHA sits out and drifts back toward
 the engine-wide rate, so it is tried again later.
+
+Confidence stop (with a draft model): once k > 0 wins, a request may draft up to K tokens, and after each draft
+forward it drafts one more only while that pays. The draft's own probability of its token (its confidence; the
+family's 0.5B drafting for the 1.5B, greedy: 99% of its tokens above 0.9 were accepted, 37% of those below 0.4)
+estimates the chance that the tokens drafted so far are all accepted, P = prod(confidence). Stopping now, the step
+emits E = 1 + sum of the P after each token, in C = rounds * T_draft + T_target(step tokens); one more token adds
+P * alpha tokens for T_draft + T_target(step tokens + 1) - T_target(step tokens). It is drafted if that is the
+better rate: P * alpha * C > E * (its cost). So a fixed per-request k gives way to a per-token decision: long
+drafts where the draft is sure, one token where it is not. Probes (a k chosen to time a step size) draft their k.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 from tiers.engine.sequence import Sequence
 
@@ -91,9 +101,12 @@ class CostModel:
 
 
 class SpecController:
-    def __init__(self, max_k: int, adaptive: bool = True, draft_has_cost: bool = True, prior_alpha: float = 0.7
-                 ) -> None:
+    def __init__(self, max_k: int, adaptive: bool = True, draft_has_cost: bool = True, prior_alpha: float = 0.7,
+                 confidence_stop: bool = True) -> None:
+        """confidence_stop: the per-token stop of the module docstring (adaptive, with a draft model only)."""
         self.max_k, self.adaptive, self.draft_has_cost = max_k, adaptive, draft_has_cost
+        self.confidence_stop = confidence_stop and adaptive and draft_has_cost
+        self.stopping = False  # this step's drafts stop on confidence (not a probe)
         self.target_cost = CostModel()
         self.draft_cost = CostModel()
         self.global_alpha = AcceptanceEstimate(prior_alpha * 8, 8.0)
@@ -101,6 +114,7 @@ class SpecController:
         self.last_k = max_k
         self.stale_after = STALE_AFTER
         self.probed = False  # a k > 0 was tried to re-measure since the last decision
+
     def acceptance(self, seq: Sequence) -> AcceptanceEstimate:
         if seq.spec_acceptance is None:
             alpha = self.global_alpha.alpha
@@ -130,15 +144,38 @@ class SpecController:
                 est.relax(self.global_alpha.alpha)
                 continue
             decoding.append((seq, room, est.alpha))
+        self.stopping = False
         if not decoding:
             return 0
-        k = self._choose_k(decoding, num_other_tokens) if self.adaptive else self.max_k
+        k, probe = self._choose_k(decoding, num_other_tokens) if self.adaptive else (self.max_k, False)
         self.last_k = k
+        if k and self.confidence_stop and not probe:
+            k, self.stopping = self.max_k, True
         for seq, room, _ in decoding:
             seq.num_lookahead_tokens = min(k, room)
         return k
 
-    def _choose_k(self, decoding: list[tuple[Sequence, int, float]], num_other: int) -> int:
+    def keep_drafting(self, drafts: list[tuple[Sequence, list[float]]], step_tokens: int) -> list[bool]:
+        """After a draft forward, which of `drafts` (the requests still drafting, with their draft tokens'
+        confidences so far) draft one more token: the rule of the module docstring, exact at batch 1; a batch shares
+        the draft forward (T_draft(n) / n each) and sums E. step_tokens: the target step's tokens if all stopped now.
+        All of them when this step does not stop on confidence, or a cost is not measured yet."""
+        if not self.stopping:
+            return [True] * len(drafts)
+        n = len(drafts)
+        draft, now = self.draft_cost.estimate(n), self.target_cost.estimate(step_tokens)
+        more = self.target_cost.estimate(step_tokens + 1)
+        if draft is None or now is None or more is None:
+            return [True] * n
+        rounds = len(drafts[0][1])
+        emitted = sum(expected_emitted(confidences) for _, confidences in drafts)
+        spent, extra = rounds * draft + now, draft / n + max(0.0, more - now)
+        return [prod(confidences) * self.acceptance(seq).alpha * spent > emitted * extra
+                for seq, confidences in drafts]
+
+    def _choose_k(self, decoding: list[tuple[Sequence, int, float]], num_other: int) -> tuple[int, bool]:
+        """The k with the most expected tokens per second, and whether it was chosen to time a step size (a
+        probe)."""
         candidates = []  # (k, emitted tokens expected, tokens in the step)
         for k in range(self.max_k + 1):
             emitted, tokens = 0.0, num_other
@@ -153,33 +190,33 @@ class SpecController:
         phase = self.num_steps % EXPLORE_EVERY
         for k, _, tokens in candidates:
             if not self.target_cost.has_bucket(tokens):
-                return k
+                return k, True
         if phase == 0:
             for k, _, tokens in candidates:
                 if (not self.target_cost.knows(tokens, self.num_steps, self.stale_after)
                         and (k == 0 or self._catch_up_affordable(decoding, candidates[0][2]))):
                     self.probed = self.probed or k > 0
-                    return k
+                    return k, True
         if (phase == EXPLORE_EVERY // 2 and self.draft_has_cost
                 and not self.draft_cost.knows(len(decoding), self.num_steps, self.stale_after)
                 and self._catch_up_affordable(decoding, candidates[0][2])):
             self.probed = True
-            return min(2, self.max_k)  # and the draft's cost
+            return min(2, self.max_k), True  # and the draft's cost
         best_k, best_rate = 0, 0.0
         for k, emitted, tokens in candidates:
             seconds = self.target_cost.estimate(tokens)
             if seconds is None:
-                return self.max_k  # nothing measured yet: try speculating
+                return self.max_k, True  # nothing measured yet: try speculating
             if k and self.draft_has_cost:
                 draft = self.draft_cost.estimate(len(decoding))
                 if draft is None:
-                    return self.max_k
+                    return self.max_k, True
                 seconds += k * draft
             rate = emitted / max(seconds, 1e-9)
             if rate > best_rate * 1.02 or k == 0:  # a longer k must pay clearly
                 best_k, best_rate = k, rate
         self._back_off(best_k)
-        return best_k
+        return best_k, False
 
     def _catch_up_affordable(self, decoding: list[tuple[Sequence, int, float]], plain_tokens: int) -> bool:
         """Whether a probe of k > 0 is worth its draft catch-up (every token the draft skipped while k was 0): at
@@ -210,6 +247,16 @@ class SpecController:
         if not self.draft_has_cost:
             return 0.0
         return None if t is None or d is None else d / t
+
+
+def expected_emitted(confidences: list[float]) -> float:
+    """Tokens a verification emits on average when each draft token is accepted with its draft's confidence: 1 +
+    the chance that the first j are all accepted, summed over j."""
+    emitted, all_accepted = 1.0, 1.0
+    for confidence in confidences:
+        all_accepted *= confidence
+        emitted += all_accepted
+    return emitted
 
 
 def expected_tokens(alpha: float, k: int) -> float:

@@ -6,7 +6,9 @@
   tokens it has not seen (the whole context on its first proposal, in chunks of at most max_num_batched_tokens;
   the bonus token after a full acceptance).
   Greedy requests take the draft's argmax; sampling requests sample from the draft's distribution under the
-  request's own temperature/top-k/top-p and generator, and keep it (q) for the rejection sampler.
+  request's own temperature/top-k/top-p and generator, and keep it (q) for the rejection sampler. Each draft token's
+  confidence (its probability under the distribution it was picked from: the draft's softmax for greedy, q for
+  sampled) goes to `keep_drafting`, which may stop a request before its k (adaptive.py's confidence stop).
 """
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from tiers.engine.input_batch import ForwardChunk
 from tiers.engine.sampler import exponential_race, processed_probs
 from tiers.engine.sequence import Sequence
 from tiers.engine.spec_decode.draft_runner import DraftRunner
+
+# (requests still drafting, their draft tokens' confidences) -> which draft one more (SpecController.keep_drafting)
+KeepDrafting = Callable[[list[tuple[Sequence, list[float]]]], list[bool]]
 
 
 class NgramProposer:
@@ -51,13 +56,15 @@ class DraftModelProposer:
         self.on_forward = on_forward  # (tokens in the forward, seconds): the controller's draft cost model
         self.max_chunk_tokens = max_chunk_tokens  # per sequence and forward, as the target's chunked prefill
 
-    def propose(self, items: list[tuple[Sequence, int]]) -> None:
+    def propose(self, items: list[tuple[Sequence, int]], keep_drafting: KeepDrafting | None = None) -> None:
+        """Up to k tokens for each (seq, k); keep_drafting, asked after every forward, stops requests early."""
         active = [(seq, k) for seq, k in items if k > 0]
         for seq, _ in active:
             seq.spec_token_ids = []
             seq.draft_probs = None
         self._catch_up_long([seq for seq, _ in active])
         round_ = 0
+        confidences: dict[int, list[float]] = {id(seq): [] for seq, _ in active}
         while active:
             if round_ == 0:  # catch up on every token the draft has not seen, ending with the last one
                 chunks = [ForwardChunk(seq, seq.num_draft_computed_tokens,
@@ -67,17 +74,21 @@ class DraftModelProposer:
             start = time.perf_counter()
             logits = self.runner.last_logits(chunks)
             seqs = [seq for seq, _ in active]
-            tokens, probs = self._sample(logits, seqs)
+            tokens, probs, confidence = self._sample(logits, seqs)
             if self.on_forward is not None:
                 self.on_forward(sum(c.num_tokens for c in chunks), time.perf_counter() - start)
             for j, seq in enumerate(seqs):
                 seq.num_draft_computed_tokens = seq.num_tokens + round_
                 seq.spec_token_ids.append(tokens[j])
+                confidences[id(seq)].append(confidence[j])
                 if probs[j] is not None:
                     prev = seq.draft_probs
                     seq.draft_probs = probs[j][None] if prev is None else torch.cat([prev, probs[j][None]])
             round_ += 1
             active = [(seq, k) for seq, k in active if k > round_]
+            if active and keep_drafting is not None:
+                keep = keep_drafting([(seq, confidences[id(seq)]) for seq, _ in active])
+                active = [item for item, more in zip(active, keep) if more]
 
     def _catch_up_long(self, seqs: list[Sequence]) -> None:
         """Chunked prefill for the draft: a sequence more than max_chunk_tokens behind (its prompt, or tokens
@@ -95,8 +106,11 @@ class DraftModelProposer:
                 seq.num_draft_computed_tokens += n
 
     @staticmethod
-    def _sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[torch.Tensor | None]]:
-        tokens = logits.argmax(dim=-1)
+    def _sample(logits: torch.Tensor, seqs: list[Sequence]
+                ) -> tuple[list[int], list[torch.Tensor | None], list[float]]:
+        """The draft tokens, q of the sampled ones (None: greedy), and each token's confidence."""
+        top, tokens = logits.max(dim=-1)
+        confidence = torch.exp(top - torch.logsumexp(logits, dim=-1))  # the argmax's softmax probability
         probs: list[torch.Tensor | None] = [None] * len(seqs)
         sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
         if sampled:
@@ -104,4 +118,5 @@ class DraftModelProposer:
             for j, i in enumerate(sampled):
                 tokens[i] = exponential_race(q[j], seqs[i].generator)
                 probs[i] = q[j]
-        return tokens.tolist(), probs
+                confidence[i] = q[j][tokens[i]]
+        return tokens.tolist(), probs, confidence.tolist()

@@ -19,7 +19,7 @@ from tiers.engine.sequence import Sequence
 from tiers.engine.spec_decode.adaptive import SpecController
 from tiers.engine.spec_decode.draft_runner import DraftRunner
 from tiers.engine.spec_decode.metrics import SpecDecodeMetrics
-from tiers.engine.spec_decode.proposer import DraftModelProposer, NgramProposer
+from tiers.engine.spec_decode.proposer import DraftModelProposer, KeepDrafting, NgramProposer
 
 
 class Speculator:
@@ -28,7 +28,8 @@ class Speculator:
         assert config.speculative is not None
         self.method = config.speculative
         max_k = config.num_speculative_tokens
-        self.controller = SpecController(max_k, config.speculative_adaptive, draft_has_cost=draft_runner is not None)
+        self.controller = SpecController(max_k, config.speculative_adaptive, draft_has_cost=draft_runner is not None,
+                                         confidence_stop=config.speculative_confidence_stop)
         if draft_runner is not None:
             self.proposer: DraftModelProposer | NgramProposer = DraftModelProposer(
                 draft_runner, self.controller.observe_draft, config.max_num_batched_tokens)
@@ -63,11 +64,24 @@ class Speculator:
                 s.seq.spec_token_ids, s.seq.draft_probs = [], None
         if not items:
             return
-        self.proposer.propose(items)
+        if isinstance(self.proposer, DraftModelProposer):
+            self.proposer.propose(items, self._keep_drafting(scheduled))
+        else:
+            self.proposer.propose(items)
         for s in scheduled:
             k = s.num_spec_tokens
             if k > len(s.seq.spec_token_ids):
                 s.num_new_tokens -= k - len(s.seq.spec_token_ids)
+
+    def _keep_drafting(self, scheduled: list[ScheduledSequence]) -> KeepDrafting:
+        """The controller's stop rule for this step: the step computes its other tokens (prefills, the decodes'
+        next tokens) and every draft token proposed so far."""
+        base = sum(s.num_new_tokens - s.num_spec_tokens for s in scheduled)
+
+        def keep(drafts: list[tuple[Sequence, list[float]]]) -> list[bool]:
+            drafted = sum(len(s.seq.spec_token_ids) for s in scheduled)
+            return self.controller.keep_drafting(drafts, base + drafted)
+        return keep
 
     def verified(self, seq: Sequence, num_draft: int, num_accepted: int) -> None:
         """After the step's computed-token update: roll back the rejected positions."""
