@@ -92,6 +92,9 @@ def test_dequantized_rows_equal_gguf_bit_for_bit(kind):
             assert torch.equal(weight._dequantize_gguf(torch.float32), want)
         assert torch.equal(gather_rows(weight, torch.tensor([[3, 0], [n - 1, 3]]), torch.float32),
                            want[[3, 0, n - 1, 3]].view(2, 2, k))
+        for outside in (n, -1):  # an id outside the table is an error, never another row or garbage
+            with pytest.raises(IndexError, match="outside"):
+                gather_rows(weight, torch.tensor([0, outside]), torch.float32)
 
 
 @pytest.mark.parametrize("kind", TYPES)

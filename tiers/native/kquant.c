@@ -445,42 +445,57 @@ static inline __attribute__((always_inline)) void dequantize_row(const int TYPE,
     }
 }
 
+/* one row of `type` blocks (row_bytes(type, K) at w) -> K floats (bf16 == 0) or bfloat16 at out */
+static void dequantize_any_row(int type, const uint8_t *w, int64_t K, int bf16, void *out) {
+    const int64_t es = bf16 ? 2 : 4;
+    switch (type) {
+    case T_Q4_K_R: /* group by group through the stored layout: pairs interleave two groups' codes */
+        for (int64_t gi = 0; gi < K / QK_K; gi++) {
+            uint8_t g[144];
+            q4_k_r_group_stored(w, K / QK_K, gi, g);
+            dequantize_row(T_Q4_K, g, QK_K, bf16, (char *)out + gi * QK_K * es);
+        }
+        break;
+    case T_Q5_0_R: /* through the stored blocks: groups of 8 interleave two groups of 4 */
+        for (int64_t gi = 0; gi < K / QR5; gi++) {
+            uint8_t g[88];
+            q5_0_r_blocks(w, K, gi, g);
+            dequantize_row(T_Q5_0, g, QR5, bf16, (char *)out + gi * QR5 * es);
+        }
+        break;
+    case T_Q4_K: dequantize_row(T_Q4_K, w, K, bf16, out); break;
+    case T_Q5_K: dequantize_row(T_Q5_K, w, K, bf16, out); break;
+    case T_Q6_K: dequantize_row(T_Q6_K, w, K, bf16, out); break;
+    case T_Q6_K_R: dequantize_row(T_Q6_K_R, w, K, bf16, out); break;
+    case T_Q8_0: dequantize_row(T_Q8_0, w, K, bf16, out); break;
+    case T_Q5_0: dequantize_row(T_Q5_0, w, K, bf16, out); break;
+    case T_Q5_1: dequantize_row(T_Q5_1, w, K, bf16, out); break;
+    case T_Q4_0: dequantize_row(T_Q4_0, w, K, bf16, out); break;
+    default: dequantize_row(T_Q4_1, w, K, bf16, out); break;
+    }
+}
+
 /* out[N, K] float32 (bf16 == 0; what gguf's dequantizer gives: scale * code + min) or bfloat16 = the rows
  * dequantized, rows split over nthreads (tiers/quantization/kquant.py dequantize_parts). Returns -1 for a type or
  * K this file does not take. */
 int aio_kq_dequantize_dense(const uint8_t *w, int64_t N, int64_t K, int type, void *out, int bf16, int nthreads) {
     const int64_t rb = row_bytes(type, K), es = bf16 ? 2 : 4;
     if (!rb) return -1;
-#define KQ_DEQ(T) dequantize_row(T, w + n * rb, K, bf16, (char *)out + n * K * es)
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (N * K >= 65536)
-    for (int64_t n = 0; n < N; n++) {
-        switch (type) {
-        case T_Q4_K: KQ_DEQ(T_Q4_K); break;
-        case T_Q5_K: KQ_DEQ(T_Q5_K); break;
-        case T_Q6_K: KQ_DEQ(T_Q6_K); break;
-        case T_Q4_K_R: /* group by group through the stored layout: pairs interleave two groups' codes */
-            for (int64_t gi = 0; gi < K / QK_K; gi++) {
-                uint8_t g[144];
-                q4_k_r_group_stored(w + n * rb, K / QK_K, gi, g);
-                dequantize_row(T_Q4_K, g, QK_K, bf16, (char *)out + (n * K + gi * QK_K) * es);
-            }
-            break;
-        case T_Q6_K_R: KQ_DEQ(T_Q6_K_R); break;
-        case T_Q5_0_R: /* through the stored blocks: groups of 8 interleave two groups of 4 */
-            for (int64_t gi = 0; gi < K / QR5; gi++) {
-                uint8_t g[88];
-                q5_0_r_blocks(w + n * rb, K, gi, g);
-                dequantize_row(T_Q5_0, g, QR5, bf16, (char *)out + (n * K + gi * QR5) * es);
-            }
-            break;
-        case T_Q8_0: KQ_DEQ(T_Q8_0); break;
-        case T_Q5_0: KQ_DEQ(T_Q5_0); break;
-        case T_Q5_1: KQ_DEQ(T_Q5_1); break;
-        case T_Q4_0: KQ_DEQ(T_Q4_0); break;
-        default: KQ_DEQ(T_Q4_1); break;
-        }
-    }
-#undef KQ_DEQ
+    for (int64_t n = 0; n < N; n++) dequantize_any_row(type, w + n * rb, K, bf16, (char *)out + n * K * es);
+    return 0;
+}
+
+/* out[i] (K float32) = row ids[i] of the N rows at w dequantized, i < count: an embedding's lookup in one call, on
+ * the calling thread (a step's few tokens). Returns 0, -1 for a type or K this file does not take, -3 for an id
+ * outside 0 .. N - 1 (nothing is read then). */
+int aio_kq_gather_rows(const uint8_t *w, int64_t N, int64_t K, int type, const int64_t *ids, int64_t count,
+                       float *out) {
+    const int64_t rb = row_bytes(type, K);
+    if (!rb) return -1;
+    for (int64_t i = 0; i < count; i++)
+        if (ids[i] < 0 || ids[i] >= N) return -3;
+    for (int64_t i = 0; i < count; i++) dequantize_any_row(type, w + ids[i] * rb, K, 0, out + i * K);
     return 0;
 }
 

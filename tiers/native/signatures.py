@@ -31,6 +31,8 @@ def declare_ops(lib: ctypes.CDLL) -> None:
     lib.aio_kq_repack.restype = INT
     lib.aio_kq_dequantize_dense.argtypes = [PTR, I64, I64, INT, PTR, INT, INT]
     lib.aio_kq_dequantize_dense.restype = INT
+    lib.aio_kq_gather_rows.argtypes = [PTR, I64, I64, INT, PTR, I64, PTR]
+    lib.aio_kq_gather_rows.restype = INT
     lib.aio_gemm_kq.argtypes = [PTR, I64, I64, I64, PTR, I64, INT, PTR, I64, INT]
     lib.aio_gemm_kq.restype = INT
     lib.aio_gemm_kq_parts.argtypes = [PTR, I64, I64, I64, INT, PTR, PTR, PTR, PTR, I64, INT]

@@ -201,6 +201,18 @@ def gather_rows(weight: KQuantWeight, ids: torch.Tensor, dtype: torch.dtype) -> 
     native = native_library()
     k = weight.in_features
     out = torch.empty(flat.shape[0], k, dtype=torch.float32)
+    if native is not None and len(weight.parts) == 1:  # one call: a step's few torch ops cost more than the rows
+        kind, rows = weight.parts[0][0], weight.parts[0][1].contiguous()
+        flat = flat.to(torch.int64).contiguous()
+        status = native.lib.aio_kq_gather_rows(rows.data_ptr(), rows.shape[0], k, BLOCK_TYPES[kind][0],
+                                               flat.data_ptr(), flat.shape[0], out.data_ptr())
+        if status == -3:
+            raise IndexError(f"token ids {ids.tolist()} outside the embedding's {rows.shape[0]} rows")
+        if status:
+            raise NativeKernelError(f"the native kernel does not take {kind} rows of {k} elements")
+        return out.view(*ids.shape, k).to(dtype)
+    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= weight.shape[0]):
+        raise IndexError(f"token ids {ids.tolist()} outside the embedding's {weight.shape[0]} rows")
     start = 0
     for kind, rows in weight.parts:
         inside = (flat >= start) & (flat < start + rows.shape[0])
