@@ -15,7 +15,7 @@ from tiers.attention.native_backend import NativeCPUAttentionBackend
 from tiers.attention.selector import get_attention_backend
 from tiers.models.rotary import apply_rotary_one
 from tiers.native import native_library
-from tiers.native.ops import paged_attention, rmsnorm, rotary_, silu_mul
+from tiers.native.ops import argmax_prob, paged_attention, rmsnorm, rotary_, silu_mul
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(native_library() is None, reason="the native library does not build here")]
@@ -30,6 +30,24 @@ def test_rmsnorm_and_silu_mul_match_torch():
     gate_up = torch.randn(5, 2 * 40)
     gate, up = gate_up.split(40, dim=-1)
     torch.testing.assert_close(silu_mul(native, gate_up), F.silu(gate) * up, rtol=1e-6, atol=1e-6)
+
+
+def test_argmax_prob_matches_torch():
+    """A draft token and its confidence: torch.argmax (the first of equal maxima) and the softmax's probability of
+    it, also for a row mostly -inf (a reduced draft head's) and lengths off the 16 lanes."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 151936) * 4
+    x[1, 3000:] = float("-inf")
+    x[2, 11] = x[2, 700] = x[2].max() + 2  # a tie: the first wins
+    x[3, :] = 0.0  # all equal: index 0, probability 1 / V
+    token, prob = argmax_prob(native_library(), x)
+    assert torch.equal(token, x.argmax(-1)) and token[2] == 11
+    torch.testing.assert_close(prob, torch.softmax(x, -1).max(-1).values, rtol=1e-5, atol=0)
+    for v in (1, 17, 33):
+        y = torch.randn(2, v)
+        token, prob = argmax_prob(native_library(), y)
+        assert torch.equal(token, y.argmax(-1))
+        torch.testing.assert_close(prob, torch.softmax(y, -1).max(-1).values, rtol=1e-5, atol=0)
 
 
 def test_silu_mul_splits_rows_across_threads_with_the_same_bits():

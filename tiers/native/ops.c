@@ -56,6 +56,28 @@ void aio_silu_mul(const float *gate_up, float *out, int64_t M, int64_t I, int nt
 
 #define LANES 16
 
+/* per row of logits [M, V] (rows contiguous): the first index of the largest value (torch.argmax's choice) and its
+ * softmax probability 1 / sum(exp(x - max)); -inf entries add (nearly) nothing. One call without temporaries: a
+ * draft token and its confidence, where torch's ops took ~0.9 ms over 151,936 logits right after the layers. */
+void aio_argmax_prob(const float *logits, int64_t M, int64_t V, int64_t *token, float *prob) {
+    for (int64_t m = 0; m < M; m++) {
+        const float *x = logits + m * V;
+        float top = x[0];
+        for (int64_t i = 1; i < V; i++) top = x[i] > top ? x[i] : top;
+        int64_t best = 0;
+        while (best < V - 1 && !(x[best] == top)) best++;
+        float part[LANES] = {0};
+        int64_t i = 0;
+        for (; i + LANES <= V; i += LANES)
+            for (int j = 0; j < LANES; j++) part[j] += exp_vec(x[i + j] - top);
+        float sum = 0.0f;
+        for (int j = 0; j < LANES; j++) sum += part[j];
+        for (; i < V; i++) sum += exp_vec(x[i] - top);
+        token[m] = best;
+        prob[m] = 1.0f / sum;
+    }
+}
+
 /* q . k over D floats, in LANES partial sums (a fixed order the compiler turns into vector FMAs) */
 static inline float dot_lanes(const float *a, const float *b, int D) {
     float part[LANES] = {0};

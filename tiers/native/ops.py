@@ -1,5 +1,5 @@
-"""Python entry points of ops.c (RMSNorm, SiLU-and-mul, paged attention) on float32 CPU tensors. Callers check
-dtype and layout; these only pass pointers."""
+"""Python entry points of ops.c (RMSNorm, SiLU-and-mul, paged attention, argmax with its probability) on float32
+CPU tensors. Callers check dtype and layout; these only pass pointers."""
 from __future__ import annotations
 
 import torch
@@ -24,6 +24,15 @@ def silu_mul(native: NativeLibrary, gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(m, two_i // 2, dtype=torch.float32)
     native.lib.aio_silu_mul(gate_up.data_ptr(), out.data_ptr(), m, two_i // 2, torch.get_num_threads())
     return out
+
+
+def argmax_prob(native: NativeLibrary, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits float32 [M, V] (contiguous) -> each row's argmax (the first of equal maxima, as torch.argmax) and its
+    softmax probability: int64 [M], float32 [M]."""
+    m, v = logits.shape
+    token, prob = torch.empty(m, dtype=torch.int64), torch.empty(m, dtype=torch.float32)
+    native.lib.aio_argmax_prob(logits.data_ptr(), m, v, token.data_ptr(), prob.data_ptr())
+    return token, prob
 
 
 def paged_attention(native: NativeLibrary, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

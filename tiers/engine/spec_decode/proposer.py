@@ -21,6 +21,8 @@ from tiers.engine.input_batch import ForwardChunk
 from tiers.engine.sampler import exponential_race, processed_probs
 from tiers.engine.sequence import Sequence
 from tiers.engine.spec_decode.draft_runner import DraftRunner
+from tiers.native import native_library
+from tiers.native.ops import argmax_prob
 
 # (requests still drafting, their draft tokens' confidences) -> which draft one more (SpecController.keep_drafting)
 KeepDrafting = Callable[[list[tuple[Sequence, list[float]]]], list[bool]]
@@ -109,8 +111,7 @@ class DraftModelProposer:
     def _sample(logits: torch.Tensor, seqs: list[Sequence]
                 ) -> tuple[list[int], list[torch.Tensor | None], list[float]]:
         """The draft tokens, q of the sampled ones (None: greedy), and each token's confidence."""
-        top, tokens = logits.max(dim=-1)
-        confidence = torch.exp(top - torch.logsumexp(logits, dim=-1))  # the argmax's softmax probability
+        tokens, confidence = _argmax_prob(logits)
         probs: list[torch.Tensor | None] = [None] * len(seqs)
         sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
         if sampled:
@@ -120,3 +121,13 @@ class DraftModelProposer:
                 probs[i] = q[j]
                 confidence[i] = q[j][tokens[i]]
         return tokens.tolist(), probs, confidence.tolist()
+
+
+def _argmax_prob(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's argmax and its softmax probability: one native call on CPU (torch's few ops over a 151,936-token
+    row cost ~0.9 ms of a ~14 ms draft step right after the layers), torch elsewhere."""
+    native = native_library() if logits.device.type == "cpu" else None
+    if native is not None and logits.dtype == torch.float32 and logits.is_contiguous():
+        return argmax_prob(native, logits)
+    top, tokens = logits.max(dim=-1)
+    return tokens, torch.exp(top - torch.logsumexp(logits, dim=-1))
