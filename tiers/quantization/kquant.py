@@ -194,25 +194,25 @@ def gemm(native: NativeLibrary, x: torch.Tensor, weight: KQuantWeight) -> torch.
 
 
 def gather_rows(weight: KQuantWeight, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Rows `ids` dequantized (an embedding read from the same blocks as a tied lm_head): [*ids.shape, K]."""
+    """Rows `ids` dequantized (an embedding read from the same blocks as a tied lm_head): [*ids.shape, K]. IndexError
+    for an id outside the table."""
     from tiers.native import native_library
 
-    flat = ids.reshape(-1)
+    flat = ids.reshape(-1).to(torch.int64).contiguous()
     native = native_library()
-    k = weight.in_features
+    k, n = weight.in_features, weight.shape[0]
     out = torch.empty(flat.shape[0], k, dtype=torch.float32)
     if native is not None and len(weight.parts) == 1:  # one call: a step's few torch ops cost more than the rows
         kind, rows = weight.parts[0][0], weight.parts[0][1].contiguous()
-        flat = flat.to(torch.int64).contiguous()
-        status = native.lib.aio_kq_gather_rows(rows.data_ptr(), rows.shape[0], k, BLOCK_TYPES[kind][0],
-                                               flat.data_ptr(), flat.shape[0], out.data_ptr())
+        status = native.lib.aio_kq_gather_rows(rows.data_ptr(), n, k, BLOCK_TYPES[kind][0], flat.data_ptr(),
+                                               flat.shape[0], out.data_ptr())
         if status == -3:
-            raise IndexError(f"token ids {ids.tolist()} outside the embedding's {rows.shape[0]} rows")
+            raise _outside(flat, n)
         if status:
             raise NativeKernelError(f"the native kernel does not take {kind} rows of {k} elements")
         return out.view(*ids.shape, k).to(dtype)
-    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= weight.shape[0]):
-        raise IndexError(f"token ids {ids.tolist()} outside the embedding's {weight.shape[0]} rows")
+    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= n):
+        raise _outside(flat, n)
     start = 0
     for kind, rows in weight.parts:
         inside = (flat >= start) & (flat < start + rows.shape[0])
@@ -222,3 +222,9 @@ def gather_rows(weight: KQuantWeight, ids: torch.Tensor, dtype: torch.dtype) -> 
                            KQuantWeight([(kind, picked)], k)._dequantize_gguf(torch.float32))
         start += rows.shape[0]
     return out.view(*ids.shape, k).to(dtype)
+
+
+def _outside(flat: torch.Tensor, n: int) -> IndexError:
+    """The error for ids outside a table of n rows, naming the first such id (not the whole prompt's)."""
+    bad = flat[(flat < 0) | (flat >= n)]
+    return IndexError(f"token id {int(bad[0])} is outside the embedding's {n} rows")
