@@ -81,7 +81,9 @@ def test_gemm_with_the_h100_table_configs(m, device, monkeypatch):
     monkeypatch.setattr(triton_w4a16, "_num_sms", lambda device: 132)
     config = pick_dot_config(m, 200, 512, 128, torch.device("cuda"))
     monkeypatch.undo()
-    assert config.block_n == 128 and config.block_m == max(16, triton.next_power_of_2(m))
+    bucket = next(c for max_m, c, _ in triton_w4a16.DOT_TABLE if m <= max_m)
+    assert (config.block_m, config.block_n, config.block_k) == (bucket.block_m, bucket.block_n, bucket.block_k)
+    assert config.block_m == max(16, triton.next_power_of_2(m))
     weight = random_int4(200, 512, 128, seed=m)
     x = torch.randn(m, 512, generator=torch.Generator().manual_seed(m))
     assert_close(w4a16_matmul(x.to(device), weight.to(device), config), reference(x, weight), 1e-5)
@@ -163,9 +165,10 @@ def test_cuda_dot_configs_split_k_only_when_tiles_are_few(monkeypatch):
     monkeypatch.setattr(triton_w4a16, "_num_sms", lambda device: 132)
     cuda = torch.device("cuda")
     o_proj = pick_dot_config(16, 4096, 4096, 128, cuda)
-    assert (o_proj.block_m, o_proj.block_n, o_proj.split_k) == (16, 128, 16)  # 32 N tiles x 16 slices of 4 steps
+    assert (o_proj.block_m, o_proj.block_n, o_proj.split_k) == (16, 64, 8)  # 64 N tiles x 8 slices of 4 steps
     assert pick_dot_config(5, 4096, 4096, 128, cuda) == o_proj  # 5..16 rows: one bucket
-    assert pick_dot_config(16, 28672, 4096, 128, cuda).split_k == 2  # gate_up: 224 tiles, 2 per SM wanted
+    assert pick_dot_config(16, 28672, 4096, 128, cuda).split_k == 1  # gate_up: 448 tiles, 2 per SM wanted
+    assert pick_dot_config(16, 10240, 8192, 128, cuda).split_k == 2  # 70B qkv: 160 tiles
     assert pick_dot_config(17, 57344, 8192, 128, cuda).split_k == 1  # 70B gate_up: 448 tiles
     down = pick_dot_config(64, 4096, 14336, 128, cuda)
     assert down == pick_config(64, 4096, 14336, 128, cuda)  # past GEMV_PICK_MAX_M the wrapper runs tl.dot

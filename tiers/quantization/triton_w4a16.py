@@ -12,8 +12,8 @@ Three paths, picked by M (the rows of the call) on CUDA:
 - above DENSE_ABOVE_M (prefill chunks): the weight dequantized into a reused buffer, then cuBLAS
   (tiers.quantization.w4a16_dense), as vLLM's AWQ path does from 256 tokens: compute-bound, where the dense GEMM
   runs at tensor-core speed and the dequantization pass costs 2.5 bytes per weight, hidden by 2 * M flops.
-The thresholds and the tables are reasoned from the roofline, not yet measured: `python -m benchmarks.w4a16 --sweep`
-times the alternatives on a GPU (and the dense path beside tl.dot, to place the crossover).
+The tl.dot table up to 64 rows and DENSE_ABOVE_M were measured on an H100 (`python -m benchmarks.w4a16 --model 70b
+--sweep`, which times the alternatives and the dense path beside tl.dot, to place the crossover; docs/gpu.md).
 
 The GEMM. A program owns a [BLOCK_N weight rows, BLOCK_M activation rows] tile of the transposed output and walks
 its share of K in BLOCK_K steps (grid: M tiles fastest, so programs sharing a weight tile run together and the
@@ -59,7 +59,8 @@ GROUP_SIZE_MULTIPLE = MIN_BLOCK_K
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_SPLIT_K = 16
 # Above this many rows (on CUDA) the weight is dequantized into a reused buffer and cuBLAS runs the matmul
-# (w4a16_dense); vLLM's AWQ path switches at 256 tokens. Reasoned, not measured: benchmarks.w4a16 --sweep times both.
+# (w4a16_dense), as vLLM's AWQ path from 256 tokens. Measured on an H100 (Llama-3-70B's fused projections): at 256
+# rows the dense path beat tl.dot on qkv, o and down (1,678 against 1,748 us a layer), at 128 tl.dot won by 2x.
 DENSE_ABOVE_M = 256
 DENSE = "dense"  # w4a16_matmul's config for the dense path, whatever M
 DEQUANT_BLOCK_N = 32
@@ -203,18 +204,18 @@ def pick_config(m: int, n: int, k: int, group_size: int, device: torch.device) -
     return pick_dot_config(m, n, k, group_size, device)
 
 
-# The tl.dot table on CUDA: (largest M, config, programs wanted per SM before split-K). Reasoned, not measured (an
-# H100 in mind; `benchmarks.w4a16 --sweep` chooses): up to 64 rows the step is bound by reading the weight, so each
-# program streams a 128-row weight tile in K steps of 64 (4 KB of codes per stage, 4 stages in flight) with all the
-# rows of M in one tile (the weight read once), and split-K fills the SMs when N is narrow (o_proj, down_proj).
-# Above 64 rows the MMA work grows: 128 x 128 tiles, and the M tiles of one weight tile run side by side (grid order)
-# so the second reads it from L2. Checked by compiling for sm_90 ahead of time (Triton 3.9, bf16): every entry runs
-# wgmma (HGMMA) with the dequantized weight from registers and cp.async for the activations, without spills (registers
-# a thread: 199, 227, 170, 235); [64, 128] on 4 warps spilled (255 + 104 bytes of stack), hence 8 warps there.
+# The tl.dot table on CUDA: (largest M, config, programs wanted per SM before split-K). Up to 64 rows the step is bound
+# by reading the weight: each program streams a 64-row weight tile with all the rows of M in one tile (the weight
+# read once), and split-K fills the SMs when N is narrow (o_proj, down_proj). Chosen by `benchmarks.w4a16 --model 70b
+# --m 16,32,64,128 --sweep` on an H100 (Triton 3.6): for 16, 32 and 64 rows, with the split-K this function derives,
+# each entry's time was measured on all four fused shapes. A layer's four projections at 16 / 32 / 64 rows: 327 / 372 /
+# 520 us, against 470 / 472 / 592 for the reasoned table before (block_n 128, block_k 64) and 327 / 366 / 508 for the
+# sweep's best config per shape. The 128-row entry stays the reasoned one: the sweep's 128-row winners split K in
+# ways this rule does not give, and the others were not timed with its splits. 8B shapes: not measured.
 DOT_TABLE = (
-    (16, W4A16Config(block_m=16, block_n=128, block_k=64, num_warps=4, num_stages=4), 2),
-    (32, W4A16Config(block_m=32, block_n=128, block_k=64, num_warps=4, num_stages=4), 2),
-    (64, W4A16Config(block_m=64, block_n=128, block_k=64, num_warps=8, num_stages=4), 1),
+    (16, W4A16Config(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=3), 2),
+    (32, W4A16Config(block_m=32, block_n=64, block_k=128, num_warps=4, num_stages=3), 2),
+    (64, W4A16Config(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3), 2),
     (128, W4A16Config(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3), 1),
 )
 LARGE_M_CONFIG = W4A16Config(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)
