@@ -25,15 +25,15 @@ Every many-request run (the int4 and awq70b ones) also reports its prefill and d
 time of the steps that ran prompt tokens ("prefill tok/s"; decode rows of other requests may ride along in them),
 and output tokens / the time of the other steps ("decode tok/s (batched)"), with the seconds and steps of each.
 
-Rough durations on an H100, checkpoints not yet built: ESTIMATES, NOT MEASUREMENTS (no GPU has run this yet):
+Rough durations on an H100, checkpoints not yet built: ESTIMATES, except awq70b's (measured 2026-11-27):
   copy ~10 s; decode1b ~2.5 min (building 1B ~20 s, transformers' compile ~1 min); decode8b ~4 min (building 8B
   on the GPU ~1 min, mostly writing 16 GB; compile ~1.5 min); throughput ~3.5 min; correctness ~2 min (loads the 8B
-  in float32 twice); int4 ~3 min (builds 1B and 8B ~1.3 min); awq70b ~4 min (writing ~40 GB of shards maybe
-  1-3 min, the disk decides; the load ~16 s; 64 requests ~15 s with the row-count dispatch of issue 40, 135 s
-  before it). All parts: ~20 min, more than one 10-minute call: split them, e.g.
+  in float32 twice); int4 ~3 min (builds 1B and 8B ~1.3 min); awq70b 2.4 min measured (writing the 39.8 GB of
+  shards 62 s, the load 35 s, batch-1 decode, the 64 requests 19 s). All parts: ~18 min, more than one 10-minute
+  call: split them, e.g.
       --parts decode1b,decode8b --budget-s 540      (~7 min)
       --parts throughput,correctness --budget-s 540   (~6 min; builds the 8B again on a fresh machine)
-      --parts int4,awq70b --budget-s 480             (~7 min: issue 40's INT4 figures)
+      --parts int4,awq70b --budget-s 480             (~6 min: issue 40's INT4 figures)
   --budget-s skips a part whose estimate no longer fits, and any row once the budget is spent.
 
 Checkpoints go to --work-dir (default .bench/gpu); a finished one has a marker and is reused by a later run on
