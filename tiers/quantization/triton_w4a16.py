@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -75,6 +75,10 @@ class W4A16Config:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
+    # Load the next K step's packed weights into registers before dequantizing this one, 16 bytes a load. Without it
+    # Triton's pipeliner copies them to shared memory 4 bytes at a time and reads them back byte by byte (sm_90,
+    # Triton 3.9: benchmarks.w4a16_sass). Not yet measured on a GPU: benchmarks.w4a16 --sweep times both.
+    prefetch: bool = False
 
 
 def _interpreting() -> bool:
@@ -94,7 +98,7 @@ def _nibble_values(packed, SHIFT: tl.constexpr, scale16, zero16):
 def _w4a16_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, M, N, iters_per_split, total_iters,
                   stride_xm, stride_xk, stride_wn, stride_sn, stride_os, stride_om, stride_on,
                   GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  IS_FP32: tl.constexpr):
+                  IS_FP32: tl.constexpr, PREFETCH: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -116,9 +120,16 @@ def _w4a16_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, M, N, iters_per_split, to
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     start = pid_k * iters_per_split
     end = tl.minimum(start + iters_per_split, total_iters)
+    if PREFETCH:
+        packed_next = tl.load(w_ptrs + start * (BLOCK_K // 2))
     for it in range(start, end):
         k0 = it * BLOCK_K
-        packed = tl.load(w_ptrs + k0 // 2).to(tl.int32)
+        if PREFETCH:
+            packed = packed_next.to(tl.int32)
+            # the slice's last step loads its own tile again (from L2): an index, not a mask, in the hot loop
+            packed_next = tl.load(w_ptrs + tl.minimum(it + 1, end - 1) * (BLOCK_K // 2))
+        else:
+            packed = tl.load(w_ptrs + k0 // 2).to(tl.int32)
         xt = tl.load(xt_ptrs + k0 * stride_xk)
         group = k0 // GROUP_SIZE
         scale16 = 16.0 * tl.load(s_ptrs + group).to(tl.float32)
@@ -236,8 +247,7 @@ def pick_dot_config(m: int, n: int, k: int, group_size: int, device: torch.devic
     split_k = 1
     while tiles * split_k < per_sm * _num_sms(device) and split_k * 2 <= min(MAX_SPLIT_K, iters // 4):
         split_k *= 2
-    return W4A16Config(config.block_m, config.block_n, config.block_k, split_k, config.num_warps,
-                       config.num_stages)
+    return replace(config, split_k=split_k)
 
 
 def _check_inputs(x: torch.Tensor, weight: Int4Weight) -> None:
@@ -300,7 +310,8 @@ def _launch_dot(x2: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mi
         x2.stride(0), x2.stride(1), packed.stride(0), scales.stride(0), stride_os, target.stride(-2),
         target.stride(-1),
         GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=block_k,
-        IS_FP32=x2.dtype == torch.float32, num_warps=config.num_warps, num_stages=config.num_stages)
+        IS_FP32=x2.dtype == torch.float32, PREFETCH=config.prefetch, num_warps=config.num_warps,
+        num_stages=config.num_stages)
 
 
 def w4a16_matmul(x: torch.Tensor, weight: Int4Weight,

@@ -1,0 +1,91 @@
+"""The tl.dot W4A16 kernel compiled for a GPU without one: registers, spills and the load instructions of each config.
+
+    python -m benchmarks.w4a16_sass [--arch 90] [--configs 16,64,128,4,3 64,64,64,4,3,prefetch ...]
+
+Compiles `tiers.quantization.triton_w4a16._w4a16_kernel` ahead of time for sm_<arch> (fp16 activations, groups of
+128) with the integer arguments specialised as the JIT specialises them at run time (strides and sizes divisible by
+16, the activations' K stride 1), then reads the cubin with the cuobjdump that Triton ships: registers a thread,
+stack and local memory (spills), and how many of each load and MMA instruction the kernel has. What it says is about
+the code, not the speed: a GPU's sweep (`benchmarks.w4a16 --sweep`) decides. The Triton installed here may not be
+the GPU machine's (docs/gpu.md says which ran where).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+INSTRUCTIONS = ("LDG.E.128", "LDG.E.U8", "LDGSTS.E", "LDGSTS.E.BYPASS.128", "LDS.U8", "LDSM.16.M88.4", "STS.128",
+                "HGMMA")
+INT_ARGS = ("M", "N", "iters_per_split", "total_iters", "stride_xm", "stride_xk", "stride_wn", "stride_sn",
+            "stride_os", "stride_om", "stride_on")
+DIVISIBLE = ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "out_ptr", "N", "stride_xm", "stride_wn", "stride_sn", "stride_os",
+             "stride_om")
+
+
+def parse_config(text: str) -> tuple[int, int, int, int, int, bool]:
+    """"block_m,block_n,block_k,num_warps,num_stages[,prefetch]" -> its fields."""
+    parts = text.split(",")
+    if len(parts) not in (5, 6) or (len(parts) == 6 and parts[5] != "prefetch"):
+        raise SystemExit(f"a config is block_m,block_n,block_k,num_warps,num_stages[,prefetch], got {text!r}")
+    bm, bn, bk, warps, stages = (int(p) for p in parts[:5])
+    return bm, bn, bk, warps, stages, len(parts) == 6
+
+
+def compile_config(arch: int, config: tuple[int, int, int, int, int, bool]) -> bytes:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from tiers.quantization import triton_w4a16
+
+    bm, bn, bk, warps, stages, prefetch = config
+    kernel = triton_w4a16._w4a16_kernel
+    signature = {name: "i32" for name in INT_ARGS}
+    signature.update(x_ptr="*fp16", w_ptr="*u8", s_ptr="*fp32", z_ptr="*fp32", out_ptr="*fp32")
+    constants = dict(GROUP_SIZE=128, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IS_FP32=False, PREFETCH=prefetch,
+                     stride_xk=1)
+    signature.update({name: "constexpr" for name in constants})
+    order = list(kernel.arg_names)
+    attrs = {(order.index(name),): [["tt.divisibility", 16]] for name in DIVISIBLE}
+    source = ASTSource(fn=kernel, signature={name: signature[name] for name in order}, constexprs=constants,
+                       attrs=attrs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
+                              options={"num_warps": warps, "num_stages": stages})
+    return compiled.asm["cubin"]
+
+
+def describe(cubin: bytes) -> str:
+    import triton
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "kernel.cubin"
+        path.write_bytes(cubin)
+        usage = subprocess.run([cuobjdump, "--dump-resource-usage", path], capture_output=True, text=True).stdout
+        sass = subprocess.run([cuobjdump, "--dump-sass", path], capture_output=True, text=True).stdout
+    resources = " ".join(re.findall(r"(?:REG|STACK|LOCAL):\d+", usage))
+    opcodes = re.findall(r"\b([A-Z][A-Z0-9]*(?:\.[A-Z0-9]+)*)\b", sass)
+    counts = [f"{sum(op.startswith(name) if name == 'HGMMA' else op == name for op in opcodes)} {name}"
+              for name in INSTRUCTIONS]
+    return f"{resources}; " + ", ".join(c for c in counts if not c.startswith("0 "))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.w4a16_sass", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--configs", nargs="+", default=["16,64,128,4,3", "16,64,128,4,3,prefetch", "64,64,64,4,3",
+                                                         "64,64,64,4,3,prefetch"])
+    args = parser.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("unset TRITON_INTERPRET: the interpreter compiles nothing")
+    for text in args.configs:
+        print(f"{text:28s} {describe(compile_config(args.arch, parse_config(text)))}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

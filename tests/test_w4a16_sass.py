@@ -1,0 +1,34 @@
+"""benchmarks.w4a16_sass compiles the tl.dot W4A16 kernel for sm_90 without a GPU and reads its cubin."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+triton = pytest.importorskip("triton")
+CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+
+
+@pytest.mark.skipif(not CUOBJDUMP.exists(), reason="this Triton ships no cuobjdump")
+def test_reports_registers_spills_and_the_mma_of_each_config():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the interpreter compiles nothing
+    configs = ["16,64,128,4,3", "16,64,128,4,3,prefetch"]
+    done = subprocess.run([sys.executable, "-m", "benchmarks.w4a16_sass", "--configs", *configs], env=env,
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert [line.split()[0] for line in lines] == configs
+    for line in lines:
+        registers = int(re.search(r"REG:(\d+)", line).group(1))
+        assert 0 < registers <= 255
+        assert re.search(r"\d+ HGMMA", line), line  # tl.dot on sm_90 runs Hopper's warpgroup MMA
+
+
+def test_a_malformed_config_is_a_clear_error():
+    from benchmarks.w4a16_sass import parse_config
+
+    assert parse_config("16,64,128,4,3,prefetch") == (16, 64, 128, 4, 3, True)
+    with pytest.raises(SystemExit, match="block_m,block_n,block_k,num_warps,num_stages"):
+        parse_config("16,64,128,4")
