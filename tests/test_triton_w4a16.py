@@ -80,13 +80,26 @@ def test_matches_dequantized_reference(case, spec, x_seed, device):
 
 @device_param
 @pytest.mark.parametrize("split_k", [1, 3, 8])
-def test_prefetch_gives_the_same_bits(split_k, device):
+def test_prefetch_gives_the_same_bits(split_k, device, monkeypatch):
     """Loading the next K step's weights early changes when they are read, not what is computed."""
+    kernel, launched = triton_w4a16._w4a16_kernel, []
+
+    class Recording:  # the kernel as launched: which PREFETCH each call compiled
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(kwargs["PREFETCH"])
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    interpreting = triton_w4a16._interpreting()
+    monkeypatch.setattr(triton_w4a16, "_interpreting", lambda: interpreting)
+    monkeypatch.setattr(triton_w4a16, "_w4a16_kernel", Recording())
     weight = random_int4(40, 256, 32, seed=split_k).to(device)
     x = torch.randn(9, 256, generator=torch.Generator().manual_seed(split_k)).to(device)
     config = W4A16Config(16, 16, 32, split_k=split_k)
     plain = w4a16_matmul(x, weight, config)
     assert torch.equal(w4a16_matmul(x, weight, replace(config, prefetch=True)), plain)
+    assert launched == [False, True]
 
 
 @device_param
