@@ -65,8 +65,9 @@ def describe(cubin: bytes) -> str:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "kernel.cubin"
         path.write_bytes(cubin)
-        usage = subprocess.run([cuobjdump, "--dump-resource-usage", path], capture_output=True, text=True).stdout
-        sass = subprocess.run([cuobjdump, "--dump-sass", path], capture_output=True, text=True).stdout
+        usage = subprocess.run([cuobjdump, "--dump-resource-usage", path], capture_output=True, text=True,
+                               check=True).stdout
+        sass = subprocess.run([cuobjdump, "--dump-sass", path], capture_output=True, text=True, check=True).stdout
     resources = " ".join(re.findall(r"(?:REG|STACK|LOCAL):\d+", usage))
     opcodes = re.findall(r"\b([A-Z][A-Z0-9]*(?:\.[A-Z0-9]+)*)\b", sass)
     counts = [f"{sum(op.startswith(name) if name == 'HGMMA' else op == name for op in opcodes)} {name}"

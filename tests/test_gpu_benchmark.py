@@ -134,3 +134,20 @@ def test_steps_split_into_prefill_and_decode():
     assert (phases["decode_s"], phases["decode_steps"], phases["decode_tokens"]) == (1.0, 2, 8)
     assert (phases["decode_tok_s"], phases["mean_decode_batch"], phases["prefill_output_tokens"]) == (8.0, 4.0, 6)
     assert split_phases([], 10, 0)["prefill_tok_s"] is None
+
+
+def test_a_missing_dependency_stops_the_run_before_any_checkpoint_is_built(tmp_path):
+    """A GPU image lacked `referencing`: the 70B checkpoint was built (62 s) before every row failed on the import."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; sys.modules['referencing'] = None\n"  # an import of it now raises ImportError
+            "from benchmarks.gpu.cli import main\n"
+            f"main(['--smoke', '--parts', 'awq70b', '--work-dir', {str(tmp_path / 'work')!r}, "
+            f"'--json', {str(tmp_path / 'gpu.json')!r}])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300,
+                          cwd=Path(__file__).parent.parent)
+    assert done.returncode == 1
+    assert "referencing" in done.stderr and "install AIO's dependencies" in done.stderr
+    assert not (tmp_path / "work").exists() and not (tmp_path / "gpu.json").exists()

@@ -16,7 +16,7 @@ def test_reports_registers_spills_and_the_mma_of_each_config():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the interpreter compiles nothing
     configs = ["16,64,128,4,3", "16,64,128,4,3,prefetch"]
     done = subprocess.run([sys.executable, "-m", "benchmarks.w4a16_sass", "--configs", *configs], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+                          capture_output=True, text=True, check=False, timeout=600, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     assert [line.split()[0] for line in lines] == configs

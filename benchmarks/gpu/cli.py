@@ -64,10 +64,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def check_engine_imports() -> None:
+    """Imports what every engine row needs before any checkpoint is built: a GPU machine whose Python has torch but
+    not the rest of AIO's dependencies stops here, naming the module, instead of after minutes of building."""
+    try:
+        import tiers.engine.llm_engine  # noqa: F401
+        import tiers.models.awq  # noqa: F401
+        import tiers.quantization.kquant  # noqa: F401
+    except ImportError as exc:
+        raise SystemExit(f"{exc}: the engine cannot load; install AIO's dependencies (pyproject.toml) first") from exc
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
     args = parse_args(argv)
+    check_engine_imports()
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars would bury the rows
