@@ -198,7 +198,7 @@ def test_cuda_dot_configs_split_k_only_when_tiles_are_few(monkeypatch):
     assert pick_dot_config(5, 4096, 4096, 128, cuda) == o_proj  # 5..16 rows: one bucket
     assert pick_dot_config(16, 28672, 4096, 128, cuda).split_k == 1  # gate_up: 448 tiles, 2 per SM wanted
     assert pick_dot_config(16, 10240, 8192, 128, cuda).split_k == 2  # 70B qkv: 160 tiles
-    assert pick_dot_config(17, 57344, 8192, 128, cuda).split_k == 1  # 70B gate_up: 448 tiles
+    assert pick_dot_config(17, 57344, 8192, 128, cuda).split_k == 1  # 70B gate_up: 896 tiles
     down = pick_dot_config(64, 4096, 14336, 128, cuda)
     assert down == pick_config(64, 4096, 14336, 128, cuda)  # past GEMV_PICK_MAX_M the wrapper runs tl.dot
     assert (down.block_m, down.split_k) == (64, 8) and 14336 // 64 // down.split_k >= 4
