@@ -132,6 +132,79 @@ def test_draft_kv_catches_up_under_preemption_prefix_caching_and_chunked_prefill
     assert_no_leak(engine)
 
 
+def _record_draft_chunks(engine: Engine) -> list[tuple[int, int]]:
+    """(start, tokens) of every chunk the draft model is fed from now on."""
+    runner = engine.speculator.proposer.runner
+    fed: list[tuple[int, int]] = []
+    last_logits = runner.last_logits
+
+    def recording(chunks):
+        fed.extend((c.start, c.num_tokens) for c in chunks)
+        return last_logits(chunks)
+    runner.last_logits = recording
+    return fed
+
+
+def test_draft_reuses_its_kv_on_prefix_cache_hits(pair, tmp_path):
+    """A prompt the target finds in its prefix cache is not prefilled again by the draft either, where the draft
+    computed those blocks; where it did not (a request that finished at its prefill, so the draft never ran) or the
+    block now holds other tokens, the draft computes them. A twin draft accepts every token only if the KV it reuses
+    is its own for these very tokens."""
+    target, _ = pair
+    twin = tmp_path / "twin"
+    shutil.copytree(target, twin)
+    prompts = make_prompts(512)
+    long_prompt = prompts[4]  # 37 + 64 tokens: 6 full blocks of 16 before its last token
+    expected = hf_greedy(target, [long_prompt], MAX_TOKENS)
+    engine = Engine.from_pretrained(target, draft=twin, speculative_adaptive=False)
+    fed = _record_draft_chunks(engine)
+
+    # the first request ends at its prefill: the target caches the blocks, the draft never computes them
+    engine.generate([long_prompt], SamplingParams(max_tokens=1, temperature=0.0))
+    assert fed == []
+    assert greedy(engine, [long_prompt]) == expected
+    # the draft first runs after the prefill's token: the prompt and that token, all of it (a target hit the draft
+    # cannot use)
+    assert fed[0] == (0, len(long_prompt) + 1)
+    fed.clear()
+    assert greedy(engine, [long_prompt]) == expected
+    assert fed[0] == (96, len(long_prompt) + 1 - 96)  # now its blocks are the draft's too
+    # a prompt sharing only the first two blocks (prefix[:32]) and the next 5 tokens: the draft starts at 32
+    fed.clear()
+    other = long_prompt[:37] + [t + 1 for t in long_prompt[37:60]]
+    greedy(engine, [other])
+    assert fed[0] == (32, len(other) + 1 - 32)
+    spec = engine.stats().speculative
+    assert spec.acceptance_rate == 1.0 and spec.num_verifications > 0
+    assert_no_leak(engine)
+
+
+def test_draft_kv_of_a_block_is_forgotten_when_the_block_is_cached_anew(pair, tmp_path):
+    """A pool of 8 blocks, a request of 6: the next request with other tokens re-caches most of the same physical
+    blocks, so when the first prompt comes back the target finds only some of its blocks, and the draft must start
+    where the target does, not where its pool once held the prompt (a twin draft rejects any token computed over
+    stale KV)."""
+    target, _ = pair
+    twin = tmp_path / "twin"
+    shutil.copytree(target, twin)
+    a, b = make_prompts(512)[3], make_prompts(512, seed=1)[3]  # 66 tokens each, no common block
+    block = kv_block_bytes(target, twin)
+    engine = Engine.from_pretrained(target, draft=twin, max_model_len=128, kv_cache_bytes=8 * block,
+                                    speculative_adaptive=False)
+    fed = _record_draft_chunks(engine)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+    cached = []
+    for prompt in (a, b, a):
+        fed.clear()
+        out = engine.generate([prompt], params)[0]
+        assert out.token_ids == hf_greedy(target, [prompt], MAX_TOKENS)[0]
+        assert fed[0] == (out.num_cached_tokens, len(prompt) + 1 - out.num_cached_tokens)
+        cached.append(out.num_cached_tokens)
+    assert cached[:2] == [0, 0] and 0 < cached[2] < 64  # the second request took over some blocks of the first
+    assert engine.stats().speculative.acceptance_rate == 1.0
+    assert_no_leak(engine)
+
+
 @pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_triton_backend_verifies_draft_tokens(pair, device):
     """The Triton paged-attention kernel (the interpreter on CPU) attends the (k+1)-token verification chunks and

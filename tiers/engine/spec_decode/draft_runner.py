@@ -5,6 +5,10 @@ number of blocks and needs no block manager of its own. The draft's weights may 
 small tier drafting for the large one): its caches travel with each forward, never bound to the shared layers.
 Its logits come from a DraftHead (the output matrix cut to the tokens the draft is likely to propose) where the
 vocabulary is large enough for that to pay; every token fed to the draft is offered to the head's rows.
+
+Prefix caching reaches the draft too: a full block whose draft KV the draft computed keeps it while the block stays
+cached with the same content, so a request whose prompt hits the target's prefix cache catches the draft up from
+the first block the draft has not computed, not from its first token.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import torch
 from tiers.engine.input_batch import ForwardChunk, prepare_inputs
 from tiers.engine.kv_cache import KVCache
 from tiers.engine.model_runner import ModelRunner
+from tiers.engine.sequence import Sequence
 from tiers.engine.spec_decode.draft_head import DraftHead
 from tiers.models.config import ModelConfig
 from tiers.models.llama import LlamaForCausalLM
@@ -33,6 +38,9 @@ class DraftRunner:
             # A longer table has the same values at every position, so an engine sharing the model is unaffected.
             model.build_rotary(max_positions, self.device)
         self.kv_cache = KVCache(model_config, target.num_blocks, self.block_size, self.dtype, self.device)
+        # per block: the content (its token_ids tuple, a new object each time the block is cached) whose draft KV the
+        # block holds; held here, so `is` can only match the caching it was recorded for
+        self.filled: list[tuple[int, ...] | None] = [None] * target.num_blocks
         vocab = model_config.vocab_size
         self.head = DraftHead.build(model.lm_head, vocab, draft_vocab_size, always)
 
@@ -50,3 +58,23 @@ class DraftRunner:
             rows[i] = inputs.last_rows[j]
         last = hidden[torch.tensor(rows, device=self.device)]
         return self.head.logits(last) if self.head is not None else self.model.compute_logits(last)
+
+    def computed_prefix(self, seq: Sequence) -> int:
+        """How many of seq's leading tokens have their draft KV in the pool: past the draft's own count, the full
+        blocks it computed for this same cached content (a prefix-cache hit), then the rest of its block."""
+        bs = self.block_size
+        i = seq.num_draft_computed_tokens // bs
+        while i < len(seq.blocks) and (i + 1) * bs <= seq.num_tokens:
+            content = seq.blocks[i].token_ids
+            if content is None or self.filled[seq.blocks[i].block_id] is not content:
+                break
+            i += 1
+        return max(seq.num_draft_computed_tokens, i * bs)
+
+    def record_filled(self, seq: Sequence, start: int, end: int) -> None:
+        """The draft KV of seq's tokens [0, end) is in the pool, [start, end) just computed: remembers the full
+        blocks among them under their cached content."""
+        bs = self.block_size
+        for block in seq.blocks[start // bs:end // bs]:
+            if block.token_ids is not None:
+                self.filled[block.block_id] = block.token_ids

@@ -3,8 +3,9 @@
 - NgramProposer (prompt lookup): copies what followed the latest earlier occurrence of the context's last n
   tokens. No model, no cost: for tiers without a smaller partner, and for repetitive outputs (code, extraction).
 - DraftModelProposer: a smaller model of the same vocabulary runs k single-token steps, after catching up on the
-  tokens it has not seen (the whole context on its first proposal, in chunks of at most max_num_batched_tokens;
-  the bonus token after a full acceptance).
+  tokens it has not seen (the whole context on its first proposal but for the blocks whose draft KV its pool
+  holds from a prefix-cache hit, in chunks of at most max_num_batched_tokens; the bonus token after a full
+  acceptance).
   Greedy requests take the draft's argmax; sampling requests sample from the draft's distribution under the
   request's own temperature/top-k/top-p and generator, and keep it (q) for the rejection sampler. Each draft token's
   confidence (its probability under the distribution it was picked from: the draft's softmax for greedy, q for
@@ -64,6 +65,9 @@ class DraftModelProposer:
         for seq, _ in active:
             seq.spec_token_ids = []
             seq.draft_probs = None
+            # a prefix-cache hit: the draft's KV of those blocks is in its pool already (at least the last token
+            # is fed again, for its logits)
+            seq.num_draft_computed_tokens = min(self.runner.computed_prefix(seq), seq.num_tokens - 1)
         self._catch_up_long([seq for seq, _ in active])
         round_ = 0
         confidences: dict[int, list[float]] = {id(seq): [] for seq, _ in active}
@@ -80,6 +84,8 @@ class DraftModelProposer:
             if self.on_forward is not None:
                 self.on_forward(sum(c.num_tokens for c in chunks), time.perf_counter() - start)
             for j, seq in enumerate(seqs):
+                if round_ == 0:
+                    self.runner.record_filled(seq, seq.num_draft_computed_tokens, seq.num_tokens)
                 seq.num_draft_computed_tokens = seq.num_tokens + round_
                 seq.spec_token_ids.append(tokens[j])
                 confidences[id(seq)].append(confidence[j])
@@ -105,6 +111,7 @@ class DraftModelProposer:
             if self.on_forward is not None:
                 self.on_forward(sum(c.num_tokens for c in chunks), time.perf_counter() - start)
             for seq in behind:
+                self.runner.record_filled(seq, seq.num_draft_computed_tokens, seq.num_draft_computed_tokens + n)
                 seq.num_draft_computed_tokens += n
 
     @staticmethod
