@@ -11,8 +11,8 @@ from tiers import Engine, SamplingParams
 from tiers.checkpoints import create_random_checkpoint
 from tiers.engine.sampler import processed_probs
 from tiers.engine.sequence import Sequence
-from tiers.engine.spec_decode.adaptive import (AcceptanceEstimate, CostModel, SpecController,
-                                        expected_tokens)
+from tiers.engine.spec_decode.adaptive import (AcceptanceEstimate, ConfidenceCalibration, CostModel, SpecController,
+                                               expected_tokens)
 from tiers.engine.spec_decode.proposer import NgramProposer
 from tiers.engine.rejection_sampler import verify_one
 
@@ -518,6 +518,36 @@ def test_confidence_stop_drafts_while_one_more_token_pays():
     probing = SpecController(max_k=4)  # no costs measured: the first steps time each step size
     k = probing.plan(decoding_sequences(1, 0.9), 1024, 0)
     assert not probing.stopping and probing.keep_drafting([(seq, [0.01] * k)], 1 + k) == [True]
+
+
+def test_confidence_is_read_through_the_acceptance_measured_at_it():
+    """Unmeasured, a confidence is its own chance of acceptance. A draft whose tokens of confidence 0.03 are
+    accepted 90% of the time (the random pair's one-layer draft: a flat distribution whose argmax agrees with the
+    target's) reads 0.03 as ~0.9 once that is measured, and keeps drafting where the confidence alone stops it;
+    other bins keep their own figures. Only tokens up to the first rejection count: those after it were never
+    judged."""
+    cal = ConfidenceCalibration()
+    assert cal.probability(0.03) == pytest.approx(0.03) and cal.probability(0.95) == pytest.approx(0.95)
+    cal.update([0.5, 0.5, 0.5], 1)  # one success, one failure, the third not judged
+    b = ConfidenceCalibration._bin(0.5)
+    assert cal.accepted[b] == pytest.approx(1.0, abs=0.01) and cal.trials[b] == pytest.approx(2.0, abs=0.01)
+
+    c = SpecController(max_k=4)
+    for tokens in (1, 2, 3, 4, 5, 8, 16):
+        c.observe_target(tokens, 1.0 + 0.1 * (tokens - 1))
+    c.observe_draft(1, 0.3)
+    one = decoding_sequences(1, 0.9)
+    assert c.plan(one, 1024, 0) == 4 and c.stopping
+    seq = one[0]
+    assert c.keep_drafting([(seq, [0.03])], 2) == [False]
+    for i in range(200):  # 9 of 10 verifications accept both tokens, the others reject the first
+        accepted = 2 if i % 10 else 0
+        c.record(seq, 2, accepted, [0.03, 0.02])
+    assert c.calibration.probability(0.03) == pytest.approx(0.9, abs=0.05)
+    assert c.calibration.probability(0.95) == pytest.approx(0.95)
+    assert c.keep_drafting([(seq, [0.03])], 2) == [True]
+    c.record(seq, 2, 1, [0.03])  # confidences that do not match the draft tokens are not used
+    assert c.calibration.probability(0.03) == pytest.approx(0.9, abs=0.05)
 
 
 def test_adaptive_k_measures_every_step_size_once():

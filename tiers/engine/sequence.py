@@ -58,10 +58,12 @@ class Sequence:
         self.first_scheduled_time: float | None = None  # when the scheduler first admitted it (queue time ends)
         self.num_preemptions = 0
         # Speculative decoding: the draft tokens this step verifies (after token_ids, never part of them), the
-        # draft's distributions for them when the request samples (None: the proposals were deterministic), how
-        # many of them the controller asked for, and how many tokens the draft model's own KV cache holds.
+        # draft's distributions for them when the request samples (None: the proposals were deterministic), the
+        # draft's confidence in each (a draft model's; empty otherwise), how many of them the controller asked
+        # for, and how many tokens the draft model's own KV cache holds.
         self.spec_token_ids: list[int] = []
         self.draft_probs: torch.Tensor | None = None
+        self.draft_confidences: list[float] = []
         self.num_lookahead_tokens = 0
         self.num_draft_computed_tokens = 0
         self.spec_acceptance: Any = None  # the adaptive controller's per-request acceptance estimate

@@ -17,6 +17,9 @@ emits E = 1 + sum of the P after each token, in C = rounds * T_draft + T_target(
 P * alpha tokens for T_draft + T_target(step tokens + 1) - T_target(step tokens). It is drafted if that is the
 better rate: P * alpha * C > E * (its cost). So a fixed per-request k gives way to a per-token decision: long
 drafts where the draft is sure, one token where it is not. Probes (a k chosen to time a step size) draft their k.
+A confidence is a probability only where the draft is calibrated: the rule reads each through the acceptance
+measured at confidences like it (ConfidenceCalibration), so a draft that agrees with its target while its
+distribution is flat (the random pair's one-layer draft: confidences near 0, 88-92% accepted) keeps drafting.
 """
 from __future__ import annotations
 
@@ -32,6 +35,9 @@ EXPLORE_EVERY = 32  # steps: re-measure a step size (k = 0 included) the cost mo
 STALE_AFTER = 4 * EXPLORE_EVERY  # steps after which a measurement counts as old, doubled (up to MAX_STALE_AFTER)
 MAX_STALE_AFTER = 64 * EXPLORE_EVERY  # each time a re-measurement leaves k = 0 the best: each probe of k > 0
 # makes the draft catch up on every token it skipped, which costs more than the probe's own step
+CALIBRATION_BINS = 10
+CALIBRATION_PRIOR = 4.0  # pseudo-trials per bin at the confidence's own value
+CALIBRATION_DECAY = 0.995  # per verified token in a bin: the last few hundred count
 PROBE_BUDGET = 0.1  # a probe of k > 0 waits while the draft's catch-up would cost more than this share of
 # EXPLORE_EVERY plain steps (batch 8 after a while at k = 0: ~600 tokens, 2 s of a 0.5B draft on 2 CPU threads)
 
@@ -55,6 +61,32 @@ class AcceptanceEstimate:
         """Drift toward `alpha` while the request is not speculating."""
         target = alpha * self.trials
         self.accepted += rate * (target - self.accepted)
+
+
+class ConfidenceCalibration:
+    """The chance that a draft token is accepted (its predecessors accepted) given the draft's confidence in it:
+    decaying counts of verified tokens in CALIBRATION_BINS equal bins of confidence, each bin starting from
+    CALIBRATION_PRIOR pseudo-trials that take the confidence at its word."""
+
+    def __init__(self) -> None:
+        self.accepted = [0.0] * CALIBRATION_BINS
+        self.trials = [0.0] * CALIBRATION_BINS
+
+    @staticmethod
+    def _bin(confidence: float) -> int:
+        return min(CALIBRATION_BINS - 1, max(0, int(confidence * CALIBRATION_BINS)))
+
+    def update(self, confidences: list[float], num_accepted: int) -> None:
+        """A verification of drafts with these confidences accepted the first num_accepted: those succeeded, the
+        next one failed, the rest were not judged."""
+        for j, confidence in enumerate(confidences[:num_accepted + 1]):
+            b = self._bin(confidence)
+            self.accepted[b] = CALIBRATION_DECAY * self.accepted[b] + (j < num_accepted)
+            self.trials[b] = CALIBRATION_DECAY * self.trials[b] + 1
+
+    def probability(self, confidence: float) -> float:
+        b = self._bin(confidence)
+        return (self.accepted[b] + CALIBRATION_PRIOR * confidence) / (self.trials[b] + CALIBRATION_PRIOR)
 
 
 class CostModel:
@@ -110,6 +142,7 @@ class SpecController:
         self.target_cost = CostModel()
         self.draft_cost = CostModel()
         self.global_alpha = AcceptanceEstimate(prior_alpha * 8, 8.0)
+        self.calibration = ConfidenceCalibration()
         self.num_steps = 0
         self.last_k = max_k
         self.stale_after = STALE_AFTER
@@ -121,10 +154,13 @@ class SpecController:
             seq.spec_acceptance = AcceptanceEstimate(alpha * PRIOR_WEIGHT, PRIOR_WEIGHT)
         return seq.spec_acceptance
 
-    def record(self, seq: Sequence, num_draft: int, num_accepted: int) -> None:
+    def record(self, seq: Sequence, num_draft: int, num_accepted: int, confidences: list[float] = ()) -> None:
+        """A verification's outcome; confidences: the draft's in its num_draft tokens (a draft model's), if any."""
         if num_draft:
             self.acceptance(seq).update(num_draft, num_accepted)
             self.global_alpha.update(num_draft, num_accepted)
+        if len(confidences) == num_draft:
+            self.calibration.update(list(confidences), num_accepted)
 
     def plan(self, running: list[Sequence], max_model_len: int, num_other_tokens: int) -> int:
         """Sets num_lookahead_tokens on every running sequence; returns the step's k. num_other_tokens: the
@@ -168,10 +204,11 @@ class SpecController:
         if draft is None or now is None or more is None:
             return [True] * n
         rounds = len(drafts[0][1])
-        emitted = sum(expected_emitted(confidences) for _, confidences in drafts)
+        chances = [[self.calibration.probability(c) for c in confidences] for _, confidences in drafts]
+        emitted = sum(expected_emitted(p) for p in chances)
         spent, extra = rounds * draft + now, draft / n + max(0.0, more - now)
-        return [prod(confidences) * self.acceptance(seq).alpha * spent > emitted * extra
-                for seq, confidences in drafts]
+        return [prod(p) * self.acceptance(seq).alpha * spent > emitted * extra
+                for (seq, _), p in zip(drafts, chances)]
 
     def _choose_k(self, decoding: list[tuple[Sequence, int, float]], num_other: int) -> tuple[int, bool]:
         """The k with the most expected tokens per second, and whether it was chosen to time a step size (a

@@ -65,12 +65,12 @@ class DraftModelProposer:
         for seq, _ in active:
             seq.spec_token_ids = []
             seq.draft_probs = None
+            seq.draft_confidences = []
             # a prefix-cache hit: the draft's KV of those blocks is in its pool already (at least the last token
             # is fed again, for its logits)
             seq.num_draft_computed_tokens = min(self.runner.computed_prefix(seq), seq.num_tokens - 1)
         self._catch_up_long([seq for seq, _ in active])
         round_ = 0
-        confidences: dict[int, list[float]] = {id(seq): [] for seq, _ in active}
         while active:
             if round_ == 0:  # catch up on every token the draft has not seen, ending with the last one
                 chunks = [ForwardChunk(seq, seq.num_draft_computed_tokens,
@@ -88,14 +88,14 @@ class DraftModelProposer:
                     self.runner.record_filled(seq, seq.num_draft_computed_tokens, seq.num_tokens)
                 seq.num_draft_computed_tokens = seq.num_tokens + round_
                 seq.spec_token_ids.append(tokens[j])
-                confidences[id(seq)].append(confidence[j])
+                seq.draft_confidences.append(confidence[j])
                 if probs[j] is not None:
                     prev = seq.draft_probs
                     seq.draft_probs = probs[j][None] if prev is None else torch.cat([prev, probs[j][None]])
             round_ += 1
             active = [(seq, k) for seq, k in active if k > round_]
             if active and keep_drafting is not None:
-                keep = keep_drafting([(seq, confidences[id(seq)]) for seq, _ in active])
+                keep = keep_drafting([(seq, seq.draft_confidences) for seq, _ in active])
                 active = [item for item, more in zip(active, keep) if more]
 
     def _catch_up_long(self, seqs: list[Sequence]) -> None:

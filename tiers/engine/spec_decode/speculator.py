@@ -61,7 +61,7 @@ class Speculator:
             if k:
                 items.append((s.seq, k))
             else:
-                s.seq.spec_token_ids, s.seq.draft_probs = [], None
+                s.seq.spec_token_ids, s.seq.draft_probs, s.seq.draft_confidences = [], None, []
         if not items:
             return
         if isinstance(self.proposer, DraftModelProposer):
@@ -87,8 +87,8 @@ class Speculator:
         """After the step's computed-token update: roll back the rejected positions."""
         seq.num_computed_tokens -= num_draft - num_accepted
         seq.num_draft_computed_tokens = min(seq.num_draft_computed_tokens, seq.num_computed_tokens)
-        seq.spec_token_ids, seq.draft_probs = [], None
-        self.controller.record(seq, num_draft, num_accepted)
+        self.controller.record(seq, num_draft, num_accepted, seq.draft_confidences)
+        seq.spec_token_ids, seq.draft_probs, seq.draft_confidences = [], None, []
         self.metrics.record(num_draft, num_accepted)
 
     def observe_target(self, num_tokens: int, seconds: float) -> None:
