@@ -154,13 +154,14 @@ class SpecController:
             seq.spec_acceptance = AcceptanceEstimate(alpha * PRIOR_WEIGHT, PRIOR_WEIGHT)
         return seq.spec_acceptance
 
-    def record(self, seq: Sequence, num_draft: int, num_accepted: int, confidences: list[float] = ()) -> None:
+    def record(self, seq: Sequence, num_draft: int, num_accepted: int, confidences: list[float] | None = None
+               ) -> None:
         """A verification's outcome; confidences: the draft's in its num_draft tokens (a draft model's), if any."""
         if num_draft:
             self.acceptance(seq).update(num_draft, num_accepted)
             self.global_alpha.update(num_draft, num_accepted)
-        if len(confidences) == num_draft:
-            self.calibration.update(list(confidences), num_accepted)
+        if confidences is not None and len(confidences) == num_draft:
+            self.calibration.update(confidences, num_accepted)
 
     def plan(self, running: list[Sequence], max_model_len: int, num_other_tokens: int) -> int:
         """Sets num_lookahead_tokens on every running sequence; returns the step's k. num_other_tokens: the
