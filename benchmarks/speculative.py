@@ -86,9 +86,9 @@ class Run:
     batch: int
     seconds: float
     tokens: list[list[int]]
+    first_seconds: float  # the system's first timing: prompts it had not seen (no prefix-cache hit)
     spec: Any = None  # SpecDecodeStats of the timed run
     verify_cost: float | None = None  # the engine's measured cost of its mean verification step / a plain step
-    first_seconds: float | None = None  # the first timing: prompts it had not seen (no prefix-cache hit)
 
 
 @dataclass
@@ -268,9 +268,8 @@ def measure(systems: dict, workload: Workload, repeats: int) -> list[Run]:
                 spec = engine.stats().speculative
                 first.setdefault(name, seconds)
                 if name not in best or seconds < best[name].seconds:
-                    best[name] = Run(name, batch, seconds, tokens, spec, verify_cost(engine, spec, batch))
-        for name in names:
-            best[name].first_seconds = first[name]
+                    best[name] = Run(name, batch, seconds, tokens, first[name], spec,
+                                     verify_cost(engine, spec, batch))
         runs.extend(best[name] for name in names)
         _check_tokens(best, batch)
     return runs
@@ -297,7 +296,7 @@ def report(runs: list[Run], c: float) -> list[dict]:
         base = next(b for b in runs if b.batch == r.batch and b.system == "target alone")
         tok_s = sum(map(len, r.tokens)) / r.seconds
         speedup = base.seconds / r.seconds
-        new = base.first_seconds / r.first_seconds if base.first_seconds and r.first_seconds else speedup
+        new = base.first_seconds / r.first_seconds
         row: dict[str, Any] = {"system": r.system, "batch": r.batch, "seconds": round(r.seconds, 3),
                                "tok_s": round(tok_s, 1), "speedup": round(speedup, 3),
                                "speedup_new_prompts": round(new, 3)}

@@ -33,7 +33,7 @@ def execute_isolated(scheduled: list[ScheduledSequence], execute_batch: Callable
     sampled: dict[int, SamplerOutput] = {}
     for i, s in enumerate(scheduled):
         s.num_new_tokens -= s.num_spec_tokens
-        s.seq.spec_token_ids, s.seq.draft_probs, s.seq.draft_confidences = [], None, []
+        s.seq.clear_draft()
         try:
             out = execute_one(s)
         except Exception as exc:  # noqa: BLE001 - this sequence's own failure

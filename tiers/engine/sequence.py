@@ -101,6 +101,10 @@ class Sequence:
         without speculation, so its output is the same with or without a draft."""
         return self.params.processes_logits or self.min_tokens_pending
 
+    def clear_draft(self) -> None:
+        """No draft tokens (nor their distributions and confidences) pending verification."""
+        self.spec_token_ids, self.draft_probs, self.draft_confidences = [], None, []
+
     def tokens_at(self, start: int, end: int) -> list[int]:
         """Tokens at positions start:end, the draft tokens continuing token_ids."""
         if end <= len(self.token_ids):

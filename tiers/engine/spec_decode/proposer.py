@@ -63,9 +63,7 @@ class DraftModelProposer:
         """Up to k tokens for each (seq, k); keep_drafting, asked after every forward, stops requests early."""
         active = [(seq, k) for seq, k in items if k > 0]
         for seq, _ in active:
-            seq.spec_token_ids = []
-            seq.draft_probs = None
-            seq.draft_confidences = []
+            seq.clear_draft()
             # a prefix-cache hit: the draft's KV of those blocks is in its pool already (at least the last token
             # is fed again, for its logits)
             seq.num_draft_computed_tokens = min(self.runner.computed_prefix(seq), seq.num_tokens - 1)

@@ -61,7 +61,7 @@ class Speculator:
             if k:
                 items.append((s.seq, k))
             else:
-                s.seq.spec_token_ids, s.seq.draft_probs, s.seq.draft_confidences = [], None, []
+                s.seq.clear_draft()
         if not items:
             return
         if isinstance(self.proposer, DraftModelProposer):
@@ -88,7 +88,7 @@ class Speculator:
         seq.num_computed_tokens -= num_draft - num_accepted
         seq.num_draft_computed_tokens = min(seq.num_draft_computed_tokens, seq.num_computed_tokens)
         self.controller.record(seq, num_draft, num_accepted, seq.draft_confidences)
-        seq.spec_token_ids, seq.draft_probs, seq.draft_confidences = [], None, []
+        seq.clear_draft()
         self.metrics.record(num_draft, num_accepted)
 
     def observe_target(self, num_tokens: int, seconds: float) -> None:
