@@ -14,7 +14,7 @@ from tiers.attention.backend import BatchLayout
 from tiers.attention.native_backend import NativeCPUAttentionBackend
 from tiers.attention.selector import get_attention_backend
 from tiers.models.rotary import apply_rotary_one
-from tiers.native import native_library
+from tiers.native import DEFAULT_FLAGS, build_library, native_library
 from tiers.native.ops import argmax_prob, paged_attention, rmsnorm, rotary_, silu_mul
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
@@ -128,6 +128,56 @@ def test_paged_attention_gives_the_same_bits_however_its_heads_are_split():
             torch.set_num_threads(1)
     assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
     torch.testing.assert_close(results[0], want, rtol=1e-5, atol=1e-5)
+
+
+def _attend(native, q, k, v, caches, slots, token_seq, visible, tables, threads=1):
+    torch.set_num_threads(threads)
+    try:
+        return paged_attention(native, q, k, v, *caches, torch.tensor(slots), torch.tensor(token_seq),
+                               torch.tensor(visible), tables, 0.125)
+    finally:
+        torch.set_num_threads(1)
+
+
+BASE_FLAGS = ("-O3", "-fopenmp", "-fPIC", "-shared", "-std=c11")
+VARIANTS = {"native": DEFAULT_FLAGS, "avx2": (*BASE_FLAGS, "-mavx2", "-mfma", "-mf16c"), "scalar": BASE_FLAGS}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("head_dim", [64, 40])
+def test_paged_attention_gives_a_token_the_same_bits_alone_or_with_others(head_dim, variant):
+    """A verification's 5 tokens in one call, beside another sequence's decode token, give each token the bits it
+    gets alone (a decode step), whatever the thread count: 300 positions span two key tiles, and a head of 40
+    leaves a tail off the 16 lanes; on each instruction-set path the compiler can build here. The values are
+    softmax(q K^T scale) V computed by torch."""
+    if variant == "avx2" and "avx2" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU has no AVX2")
+    torch.manual_seed(4)
+    h, hkv, d, bs, num_blocks = 6, 2, head_dim, 16, 48
+    tables = torch.tensor([list(range(0, 40, 2)), list(range(1, 41, 2))], dtype=torch.int64)
+    first, other = [295, 296, 297, 298, 299], 140  # positions: the run's five, the other sequence's one
+    slot = lambda seq, p: int(tables[seq, p // bs]) * bs + p % bs  # noqa: E731
+    caches = [torch.randn(num_blocks, bs, hkv, d) for _ in range(2)]
+    q, k, v = torch.randn(6, h, d), torch.randn(6, hkv, d), torch.randn(6, hkv, d)
+    slots = [slot(0, p) for p in first] + [slot(1, other)]
+    token_seq, visible = [0] * 5 + [1], [p + 1 for p in first] + [other + 1]
+    native = build_library(VARIANTS[variant])
+    together = [_attend(native, q, k, v, [c.clone() for c in caches], slots, token_seq, visible, tables, threads)
+                for threads in (1, 2, 3)]
+    assert torch.equal(together[0], together[1]) and torch.equal(together[0], together[2])
+    written = [c.clone() for c in caches]
+    _attend(native, q, k, v, written, slots, token_seq, visible, tables)  # every token's k / v in the cache
+    for i in range(6):
+        for threads in (1, 2):
+            alone = _attend(native, q[i:i + 1], k[i:i + 1], v[i:i + 1], written, slots[i:i + 1], token_seq[i:i + 1],
+                            visible[i:i + 1], tables, threads)
+            assert torch.equal(alone[0], together[0][i]), (i, threads)
+    for i in range(6):  # softmax(q K^T / 8) V over the positions the token sees, K and V gathered by its table
+        positions = torch.tensor([slot(token_seq[i], p) for p in range(visible[i])])
+        keys, values = written[0].view(-1, hkv, d)[positions], written[1].view(-1, hkv, d)[positions]
+        for head in range(h):
+            weights = torch.softmax(keys[:, head // 3] @ q[i, head] * 0.125, dim=0)
+            torch.testing.assert_close(together[0][i, head], weights @ values[:, head // 3], rtol=1e-5, atol=1e-5)
 
 
 def test_one_call_layer_equals_the_native_ops_one_by_one(llama_path):

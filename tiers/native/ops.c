@@ -1,11 +1,15 @@
 /* The small float32 ops of a step that cost more in torch's per-op overhead than in arithmetic: RMSNorm,
  * SiLU-and-mul, and paged attention (KV store included). One call replaces 3-30 torch ops. Plain C loops that the
- * compiler vectorises (-O3 -march=native); rows, tokens and heads run on OpenMP threads.
+ * compiler vectorises (-O3 -march=native), attention's scores in GCC / Clang vectors of 16 floats; rows, tokens
+ * and heads run on OpenMP threads.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 /* out[m] = w * (x[m] * rsqrt(mean(x[m]^2) + eps)), torch's order of operations */
 void aio_rmsnorm(const float *x, int64_t ldx, const float *w, float *out, int64_t M, int64_t K, float eps,
@@ -78,24 +82,153 @@ void aio_argmax_prob(const float *logits, int64_t M, int64_t V, int64_t *token, 
     }
 }
 
-/* q . k over D floats, in LANES partial sums (a fixed order the compiler turns into vector FMAs) */
-static inline float dot_lanes(const float *a, const float *b, int D) {
-    float part[LANES] = {0};
-    int d = 0;
-    for (; d + LANES <= D; d += LANES)
-        for (int j = 0; j < LANES; j++) part[j] += a[d + j] * b[d + j];
-    float s = 0.0f;
-    for (int j = 0; j < LANES; j++) s += part[j];
-    for (; d < D; d++) s += a[d] * b[d];
-    return s;
+/* a * b + c, fused where the CPU fuses it (one rounding), as vf16_madd does in each lane */
+#if defined(__FMA__)
+#define MADD(a, b, c) fmaf((a), (b), (c))
+#else
+#define MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* vf16 values only pass between static inline functions */
+#endif
+/* GCC / Clang vectors of 16 floats: one zmm under AVX-512, two ymm under AVX2, scalars otherwise; a lane's
+ * arithmetic is the same in each */
+typedef float vf16 __attribute__((vector_size(64)));
+typedef float vf8 __attribute__((vector_size(32)));
+#if defined(__clang__)
+#define SHUFFLE16(a, b, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
+#else
+typedef int32_t vi16 __attribute__((vector_size(64)));
+#define SHUFFLE16(a, b, ...) __builtin_shuffle((a), (b), (vi16){__VA_ARGS__})
+#endif
+
+static inline vf16 vf16_load(const float *p) {
+    vf16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
 
-/* Paged attention for any step, one query token at a time (so a token's result does not depend on how its
- * sequence was chunked or batched): stores each token's new k / v at slot_mapping[i] of the caches
- * ([num_blocks * block_size, Hkv, D]), then
+/* c + a * b in each lane, fused where the CPU fuses it (one rounding) */
+static inline vf16 vf16_madd(vf16 a, vf16 b, vf16 c) {
+#if defined(__AVX512F__)
+    return (vf16)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+    vf8 a2[2], b2[2], c2[2];
+    memcpy(a2, &a, sizeof a), memcpy(b2, &b, sizeof b), memcpy(c2, &c, sizeof c);
+    for (int h = 0; h < 2; h++) c2[h] = (vf8)_mm256_fmadd_ps((__m256)a2[h], (__m256)b2[h], (__m256)c2[h]);
+    memcpy(&c, c2, sizeof c);
+    return c;
+#else
+    return a * b + c;
+#endif
+}
+
+/* the 16 lane sums of 16 vectors, sum i in lane i, every sum added as ((x0 + x8) + (x4 + x12)) + ... the same
+ * tree whatever its slot: halves, then quarters, then pairs, then the last two */
+static inline vf16 vf16_sums16(const vf16 *a) {
+    vf16 x[8], z[4], r[2];
+    for (int i = 0; i < 8; i++)
+        x[i] = SHUFFLE16(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               SHUFFLE16(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (int i = 0; i < 4; i++)
+        z[i] = SHUFFLE16(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+               SHUFFLE16(x[2 * i], x[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    for (int i = 0; i < 2; i++)
+        r[i] = SHUFFLE16(z[2 * i], z[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+               SHUFFLE16(z[2 * i], z[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    return SHUFFLE16(r[0], r[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+           SHUFFLE16(r[0], r[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+#define QUERIES_MAX 64 /* query vectors (a run's tokens x a task's heads) sharing one read of the K / V rows */
+#define KV_AHEAD 4     /* K / V rows prefetched ahead of the one in use */
+#define KV_TILE 256    /* keys scored before their V rows are weighed: tiles at fixed positions 0, 256, ... */
+
+static inline void prefetch_bytes(const float *row, int64_t n) {
+    for (int64_t b = 0; b < n * (int64_t)sizeof(float); b += 64) __builtin_prefetch((const char *)row + b);
+}
+
+static inline const float *kv_row_at(const float *cache, const int64_t *table, int64_t p, int block_size,
+                                      int64_t kv_row, int kvh, int head_dim) {
+    return cache + (table[p / block_size] * block_size + p % block_size) * kv_row + (int64_t)kvh * head_dim;
+}
+
+/* the scores of query qv (D floats, zero-padded to a multiple of 16) against the 16 key rows k[0 .. 15], times
+ * scale, into out[0 .. 15]: per key 16 lane sums over d in order, then vf16_sums16, so a key's score does not
+ * depend on the keys beside it or on the query's company */
+static inline void block_scores(const float *qv, int D, const float *const *k, float scale, float *out) {
+    vf16 acc[16];
+    for (int j = 0; j < 16; j++) acc[j] = (vf16){0};
+    const int d16 = D / 16 * 16;
+    for (int d = 0; d < d16; d += 16) {
+        const vf16 x = vf16_load(qv + d);
+        for (int j = 0; j < 16; j++) acc[j] = vf16_madd(x, vf16_load(k[j] + d), acc[j]);
+    }
+    if (d16 < D) {
+        const vf16 x = vf16_load(qv + d16);
+        for (int j = 0; j < 16; j++) {
+            float tail[16] = {0};
+            memcpy(tail, k[j] + d16, sizeof(float) * (D - d16));
+            acc[j] = vf16_madd(x, vf16_load(tail), acc[j]);
+        }
+    }
+    const vf16 sums = vf16_sums16(acc) * scale;
+    memcpy(out, &sums, sizeof sums);
+}
+
+/* acc += e[0] v[0] + e[1] v[1] + ... over n rows, one row after the other (the order of a row at a time) */
+static inline void add_rows(float *acc, const float *const *v, const float *e, int n, int D) {
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *v0 = v[j], *v1 = v[j + 1], *v2 = v[j + 2], *v3 = v[j + 3];
+        const float e0 = e[j], e1 = e[j + 1], e2 = e[j + 2], e3 = e[j + 3];
+        for (int d = 0; d < D; d++)
+            acc[d] = MADD(e3, v3[d], MADD(e2, v2[d], MADD(e1, v1[d], MADD(e0, v0[d], acc[d]))));
+    }
+    for (; j < n; j++)
+        for (int d = 0; d < D; d++) acc[d] = MADD(e[j], v[j][d], acc[d]);
+}
+
+/* one lane's tile of scores s[0 .. n-1] (the keys it sees of the tile): the running max `top` raised to the
+ * tile's, the running sum scaled by e^(old max - new max) (returned: 1 where the max did not move; the caller
+ * scales the weighted V by it), the scores replaced by e^(score - max) and added to the sum in 16 partial sums
+ * by key position, then in a fixed order */
+static float tile_softmax(float *s, int64_t n, float *top, float *total) {
+    float m16[16];
+    for (int i = 0; i < 16; i++) m16[i] = *top;
+    for (int64_t j = 0; j < n; j++) m16[j % 16] = s[j] > m16[j % 16] ? s[j] : m16[j % 16];
+    float m = m16[0];
+    for (int i = 1; i < 16; i++) m = m16[i] > m ? m16[i] : m;
+    const float rescale = m == *top ? 1.0f : exp_vec(*top - m);
+    *top = m;
+    float part[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int i = 0; i < 16; i++) {
+            s[j + i] = exp_vec(s[j + i] - m);
+            part[i] += s[j + i];
+        }
+    for (; j < n; j++) {
+        s[j] = exp_vec(s[j] - m);
+        part[j % 16] += s[j];
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < 16; i++) sum += part[i];
+    *total = *total * rescale + sum;
+    return rescale;
+}
+
+/* Paged attention for any step (a token's result does not depend on how its sequence was chunked or batched, or on
+ * the thread count): stores each token's new k / v at slot_mapping[i] of the caches ([num_blocks * block_size, Hkv,
+ * D]), then
  *   out[i, h] = softmax(scale * q[i, h] . K^T) V over the first visible[i] tokens of sequence token_seq[i],
  * KV head h / (H / Hkv), the tokens found through block_tables[token_seq[i]] ([num_seqs, max_blocks]).
  * q, k, v: row i at q + i * q_stride (H heads of D), k + i * k_stride, v + i * v_stride (Hkv heads of D).
+ * A task is a run of consecutive tokens of one sequence (a decode token, a verification's k + 1, a prefill chunk
+ * cut in runs) with the query heads of one KV head, or a part of them while the runs and KV heads alone give the
+ * threads too few tasks: each K and V row is read once for all of the task's queries. Keys go in tiles of
+ * KV_TILE (flash attention's running max and sum); a query's arithmetic is the same whatever the task holds.
  * Returns 0, or -1 when memory ran out. */
 int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride, const float *v,
                         int64_t v_stride, float *k_cache, float *v_cache, const int64_t *slot_mapping,
@@ -103,81 +236,106 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
                         const int64_t *block_tables, int64_t max_blocks, int num_heads, int num_kv_heads,
                         int head_dim, int block_size, float scale, float *out, int nthreads) {
     const int64_t kv_row = (int64_t)num_kv_heads * head_dim;
+    const int D = head_dim;
+    const int64_t dp = (D + 15) / 16 * 16;
     for (int64_t i = 0; i < num_tokens; i++) {
         memcpy(k_cache + slot_mapping[i] * kv_row, k + i * k_stride, sizeof(float) * kv_row);
         memcpy(v_cache + slot_mapping[i] * kv_row, v + i * v_stride, sizeof(float) * kv_row);
     }
-    int64_t longest = 1, work = 0;
-    for (int64_t i = 0; i < num_tokens; i++) {
-        longest = visible[i] > longest ? visible[i] : longest;
-        work += visible[i];
-    }
-    /* a task: one token's query heads of one KV head (or a part of them, while the tokens and KV heads alone give
-     * the threads too few tasks), each K / V row read once for all of them; every head's arithmetic is the same
-     * as alone, in the same order */
     const int group = num_heads / num_kv_heads;
-    int64_t split = (2 * (int64_t)nthreads + num_tokens * num_kv_heads - 1) / (num_tokens * num_kv_heads);
-    split = split < 1 ? 1 : split > group ? group : split;
-    const int per = (int)((group + split - 1) / split);
-    const int64_t parts = (group + per - 1) / per, tasks = num_tokens * num_kv_heads * parts;
+    int64_t work = 0;
+    for (int64_t i = 0; i < num_tokens; i++) work += visible[i];
+    int64_t *run_start = (int64_t *)malloc(sizeof(int64_t) * (num_tokens + 1));
+    if (!run_start) return -1;
+    /* runs of at most run_max tokens; the query heads of a KV head cut in parts of `per` while there are fewer
+     * tasks than threads */
+    int64_t runs = 0, per = group, run_max = 1;
+    for (int pass = 0; pass < 2; pass++) {
+        run_max = QUERIES_MAX / per > 1 ? QUERIES_MAX / per : 1;
+        runs = 0;
+        for (int64_t i = 0; i < num_tokens; i++)
+            if (i == 0 || token_seq[i] != token_seq[i - 1] || i - run_start[runs - 1] >= run_max)
+                run_start[runs++] = i;
+        run_start[runs] = num_tokens;
+        int64_t split = ((int64_t)nthreads + runs * num_kv_heads - 1) / (runs * num_kv_heads);
+        split = split < 1 ? 1 : split > group ? group : split;
+        per = (group + split - 1) / split;
+    }
+    const int64_t parts = (group + per - 1) / per, tasks = runs * num_kv_heads * parts, nq_max = run_max * per;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads) if (work * num_heads * head_dim >= 32768)
     {
-        float *scores = (float *)malloc(sizeof(float) * longest * per);
-        float *acc = (float *)malloc(sizeof(float) * head_dim * per);
-        float *top = (float *)malloc(sizeof(float) * per), *total = (float *)malloc(sizeof(float) * per);
+        float *qs = (float *)malloc(sizeof(float) * nq_max * dp);
+        float *scores = (float *)malloc(sizeof(float) * nq_max * (KV_TILE + 16));
+        float *acc = (float *)malloc(sizeof(float) * nq_max * D);
+        float *top = (float *)malloc(sizeof(float) * nq_max), *total = (float *)malloc(sizeof(float) * nq_max);
+        int64_t *vis = (int64_t *)malloc(sizeof(int64_t) * nq_max);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < tasks; task++) {
-            if (!scores || !acc || !top || !total) { /* every thread still takes part in the loop */
+            if (!qs || !scores || !acc || !top || !total || !vis) {
 #pragma omp atomic write
                 failed = 1;
-                continue;
+                continue; /* every thread still takes part in the loop */
             }
-            const int64_t i = task / (num_kv_heads * parts), len = visible[i];
+            const int64_t run = task / (num_kv_heads * parts), i0 = run_start[run], tg = run_start[run + 1] - i0;
             const int kvh = (int)(task / parts % num_kv_heads), h0 = kvh * group + (int)(task % parts) * per;
-            const int nh = h0 + per <= (kvh + 1) * group ? per : (kvh + 1) * group - h0;
-            const int64_t *table = block_tables + token_seq[i] * max_blocks;
-            const float *q0 = q + i * q_stride + (int64_t)h0 * head_dim;
-            for (int g = 0; g < nh; g++) top[g] = -INFINITY;
-            for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, blk++) {
-                const float *kb = k_cache + (table[blk] * block_size * kv_row) + (int64_t)kvh * head_dim;
-                const int64_t n = len - t0 < block_size ? len - t0 : block_size;
-                for (int64_t j = 0; j < n; j++)
-                    for (int g = 0; g < nh; g++) {
-                        const float sc = dot_lanes(q0 + (int64_t)g * head_dim, kb + j * kv_row, head_dim) * scale;
-                        scores[g * longest + t0 + j] = sc;
-                        top[g] = sc > top[g] ? sc : top[g];
+            const int nh = h0 + per <= (kvh + 1) * group ? (int)per : (kvh + 1) * group - h0;
+            const int64_t nq = tg * nh, *table = block_tables + token_seq[i0] * max_blocks;
+            int64_t len = 0;
+            for (int64_t l = 0; l < nq; l++) {
+                vis[l] = visible[i0 + l / nh];
+                len = vis[l] > len ? vis[l] : len;
+                memset(qs + l * dp, 0, sizeof(float) * dp);
+                memcpy(qs + l * dp, q + (i0 + l / nh) * q_stride + (int64_t)(h0 + l % nh) * D, sizeof(float) * D);
+                top[l] = -INFINITY, total[l] = 0.0f;
+            }
+            memset(acc, 0, sizeof(float) * nq * D);
+            for (int64_t t0 = 0; t0 < len; t0 += KV_TILE) {
+                const int64_t n = len - t0 < KV_TILE ? len - t0 : KV_TILE;
+                for (int64_t j0 = 0; j0 < n; j0 += 16) {
+                    const float *krow[16];
+                    for (int j = 0; j < 16; j++) /* past the tile: its last row again, scored and not used */
+                        krow[j] = kv_row_at(k_cache, table, t0 + (j0 + j < n ? j0 + j : n - 1), block_size, kv_row, kvh, D);
+                    for (int64_t f = t0 + j0 + 16; f < t0 + j0 + 32 && f < len; f++)
+                        prefetch_bytes(kv_row_at(k_cache, table, f, block_size, kv_row, kvh, D), D);
+                    for (int64_t l = 0; l < nq; l++)
+                        if (vis[l] > t0 + j0) block_scores(qs + l * dp, D, krow, scale, scores + l * KV_TILE + j0);
+                }
+                for (int64_t l = 0; l < nq; l++) {
+                    const int64_t seen = vis[l] - t0 < n ? vis[l] - t0 : n;
+                    if (seen <= 0) continue;
+                    const float rescale = tile_softmax(scores + l * KV_TILE, seen, top + l, total + l);
+                    if (rescale != 1.0f)
+                        for (int d = 0; d < D; d++) acc[l * D + d] *= rescale;
+                }
+                for (int64_t j0 = 0; j0 < n; j0 += 4) {
+                    const float *rows[4];
+                    const int m4 = n - j0 < 4 ? (int)(n - j0) : 4;
+                    for (int j = 0; j < m4; j++) {
+                        rows[j] = kv_row_at(v_cache, table, t0 + j0 + j, block_size, kv_row, kvh, D);
+                        if (t0 + j0 + j + KV_AHEAD < len)
+                            prefetch_bytes(kv_row_at(v_cache, table, t0 + j0 + j + KV_AHEAD, block_size, kv_row, kvh, D), D);
                     }
-            }
-            for (int g = 0; g < nh; g++) {
-                float *sg = scores + g * longest;
-                for (int64_t j = 0; j < len; j++) sg[j] = exp_vec(sg[j] - top[g]);
-                total[g] = 0.0f;
-            }
-            for (int64_t d = 0; d < (int64_t)nh * head_dim; d++) acc[d] = 0.0f;
-            for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, blk++) {
-                const float *vb = v_cache + (table[blk] * block_size * kv_row) + (int64_t)kvh * head_dim;
-                const int64_t n = len - t0 < block_size ? len - t0 : block_size;
-                for (int64_t j = 0; j < n; j++) {
-                    const float *vt = vb + j * kv_row;
-                    for (int g = 0; g < nh; g++) {
-                        const float p = scores[g * longest + t0 + j];
-                        float *ag = acc + (int64_t)g * head_dim;
-                        total[g] += p;
-                        for (int d = 0; d < head_dim; d++) ag[d] += p * vt[d];
+                    for (int64_t l = 0; l < nq; l++) {
+                        const int64_t seen = vis[l] - t0 - j0;
+                        const int m = seen < m4 ? (int)seen : m4;
+                        if (m > 0) add_rows(acc + l * D, rows, scores + l * KV_TILE + j0, m, D);
                     }
                 }
             }
-            for (int g = 0; g < nh; g++) {
-                float *o = out + (i * num_heads + h0 + g) * (int64_t)head_dim;
-                for (int d = 0; d < head_dim; d++) o[d] = acc[(int64_t)g * head_dim + d] / total[g];
+            for (int64_t l = 0; l < nq; l++) {
+                float *o = out + ((i0 + l / nh) * num_heads + h0 + l % nh) * (int64_t)D;
+                for (int d = 0; d < D; d++) o[d] = acc[l * D + d] / total[l];
             }
         }
+        free(qs);
         free(scores);
         free(acc);
         free(top);
         free(total);
+        free(vis);
     }
+    free(run_start);
     return failed ? -1 : 0;
 }
 
