@@ -22,7 +22,8 @@ def main() -> None:
     from llama_cpp import Llama
 
     model_path, threads = sys.argv[1], int(sys.argv[2])
-    llm = Llama(model_path=model_path, n_threads=threads, n_threads_batch=threads, n_ctx=2048, n_batch=512,
+    context = int(sys.argv[3]) if len(sys.argv) > 3 else 2048
+    llm = Llama(model_path=model_path, n_threads=threads, n_threads_batch=threads, n_ctx=context, n_batch=512,
                 verbose=False)
     n_vocab = llm.n_vocab()
 

@@ -73,6 +73,7 @@ SERVING_DENSE_MIN_ROWS = 128  # its quantized_dense_min_rows (the serving run sw
 LLAMA_CPP = "llama.cpp"
 COMMON = dict(max_model_len=1024, max_num_batched_tokens=2048)
 DECODE_KV_BYTES = 64 << 20
+KV_BYTES_PER_TOKEN = 256 << 10  # float32 K and V of an 8B-class model (32 layers x 8 KV heads x 128): an upper bound
 SERVE_KV_BYTES = 512 << 20
 CHAT = [{"role": "user", "content": "Explain in a few paragraphs why the sky is blue, and why sunsets are red."}]
 TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
@@ -246,12 +247,14 @@ def main() -> None:
 
     checkpoint = load_gguf(path)
     engines = {}
+    context = max(COMMON["max_model_len"], args.prompt_tokens + args.new_tokens + 16)  # the longest run, warm-up too
     for name in systems:
         start = time.perf_counter()
         serves = name == args.serving_system
         kv_bytes = SERVE_KV_BYTES if serves else DECODE_KV_BYTES  # it also serves the batch
+        kv_bytes = max(kv_bytes, context * KV_BYTES_PER_TOKEN)
         dense = {"quantized_dense_min_rows": SERVING_DENSE_MIN_ROWS} if serves else {}
-        engines[name] = Engine(checkpoint, _config({**SYSTEMS[name], **dense}, kv_bytes))
+        engines[name] = Engine(checkpoint, _config({**SYSTEMS[name], **dense}, kv_bytes, context))
         print(f"loaded {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     vocab = engines[systems[0]].model_config.vocab_size
     prompt = engines[systems[0]].tokenizer.encode(TEXT)[:args.prompt_tokens]
@@ -270,7 +273,7 @@ def main() -> None:
     for t in threads:
         bandwidth = [decode_bound.read_bandwidth(t)]
         torch.set_num_threads(t)
-        worker = LlamaCppWorker(python, path, t) if python else None
+        worker = LlamaCppWorker(python, path, t, max(2048, context)) if python else None
         for name in systems:  # warm-up
             engine_decode(engines[name], prompt, 8)
         if worker:
@@ -316,10 +319,10 @@ def main() -> None:
     print(json.dumps(results))
 
 
-def _config(options: dict[str, Any], kv_bytes: int):
+def _config(options: dict[str, Any], kv_bytes: int, max_model_len: int):
     from tiers.engine.config import EngineConfig
 
-    return EngineConfig.from_options(kv_cache_bytes=kv_bytes, **COMMON, **options)
+    return EngineConfig.from_options(kv_cache_bytes=kv_bytes, **{**COMMON, "max_model_len": max_model_len}, **options)
 
 
 def _decode_summary(runs: dict[str, list[dict[str, Any]]], repeats: int) -> dict[str, Any]:

@@ -12,9 +12,9 @@ WORKER = Path(__file__).with_name("llama_cpp_worker.py")
 
 
 class LlamaCppWorker:
-    def __init__(self, python: str, model: Path, threads: int) -> None:
-        self.proc = subprocess.Popen([python, str(WORKER), str(model), str(threads)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+    def __init__(self, python: str, model: Path, threads: int, context: int = 2048) -> None:
+        self.proc = subprocess.Popen([python, str(WORKER), str(model), str(threads), str(context)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         ready = self._read()
         if not ready.get("ready"):
             raise RuntimeError(f"llama.cpp worker did not start: {ready}")
