@@ -59,58 +59,73 @@ static void add_into(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+/* a layer's working rows for T tokens: h [T, max(hidden, intermediate)], wide [T, max(qkv, 2 intermediate)],
+ * attn [T, heads x head_dim], delta [T, hidden] */
+static int64_t scratch_floats(const aio_layer *L, int64_t T) {
+    const int64_t q_size = L->num_heads * L->head_dim, qkv_width = q_size + 2 * L->num_kv_heads * L->head_dim;
+    const int64_t inter = L->intermediate, hid = L->hidden;
+    return T * ((hid > inter ? hid : inter) + (qkv_width > 2 * inter ? qkv_width : 2 * inter) + q_size + hid);
+}
+
+/* one layer on scratch_floats(L, T) floats at `scratch` */
+static int layer_step(const aio_layer *L, float *x, int64_t T, const float *cos, const float *signed_sin,
+                      float *k_cache, float *v_cache, int block_size, const int64_t *slot_mapping,
+                      const int64_t *token_seq, const int64_t *visible, const int64_t *block_tables,
+                      int64_t max_blocks, int nthreads, float *scratch) {
+    const int64_t hid = L->hidden, D = L->head_dim, H = L->num_heads, Hkv = L->num_kv_heads;
+    const int64_t q_size = H * D, kv_size = Hkv * D, qkv_width = q_size + 2 * kv_size, inter = L->intermediate;
+    const int64_t widest = qkv_width > 2 * inter ? qkv_width : 2 * inter;
+    float *h = scratch, *wide = h + T * (hid > inter ? hid : inter), *attn = wide + T * widest, *delta = attn + T * q_size;
+    int rc;
+    aio_rmsnorm(x, hid, L->norm_in, h, T, hid, L->eps_in, nthreads);
+    if ((rc = project(L->kind_qkv, h, T, hid, L->w_qkv, qkv_width, wide, nthreads))) return rc;
+    if (L->bias_qkv)
+        for (int64_t t = 0; t < T; t++) add_into(wide + t * qkv_width, L->bias_qkv, qkv_width);
+    aio_rotary(wide, qkv_width, T, (int)(H + Hkv), (int)D, cos, signed_sin);
+    if (aio_paged_attention(wide, qkv_width, wide + q_size, qkv_width, wide + q_size + kv_size, qkv_width, k_cache,
+                            v_cache, slot_mapping, T, token_seq, visible, block_tables, max_blocks, (int)H,
+                            (int)Hkv, (int)D, block_size, L->scale, attn, nthreads))
+        return -1;
+    if ((rc = project(L->kind_o, attn, T, q_size, L->w_o, hid, delta, nthreads))) return rc;
+    add_into(x, delta, T * hid);
+    aio_rmsnorm(x, hid, L->norm_post, h, T, hid, L->eps_post, nthreads);
+    if ((rc = project(L->kind_gate_up, h, T, hid, L->w_gate_up, 2 * inter, wide, nthreads))) return rc;
+    aio_silu_mul(wide, h, T, inter, nthreads);
+    if ((rc = project(L->kind_down, h, T, inter, L->w_down, hid, delta, nthreads))) return rc;
+    add_into(x, delta, T * hid);
+    return 0;
+}
+
 /* x: the residual stream [T, hidden], updated in place. Returns 0, -1 when memory ran out, or a projection
  * kernel's -2 (a block type or shape it does not take). */
 int aio_llama_layer(const aio_layer *L, float *x, int64_t T, const float *cos, const float *signed_sin,
                     float *k_cache, float *v_cache, int block_size, const int64_t *slot_mapping,
                     const int64_t *token_seq, const int64_t *visible, const int64_t *block_tables,
                     int64_t max_blocks, int nthreads) {
-    const int64_t hid = L->hidden, D = L->head_dim, H = L->num_heads, Hkv = L->num_kv_heads;
-    const int64_t q_size = H * D, kv_size = Hkv * D, qkv_width = q_size + 2 * kv_size, inter = L->intermediate;
-    const int64_t widest = qkv_width > 2 * inter ? qkv_width : 2 * inter;
-    float *h = (float *)malloc(sizeof(float) * T * (hid > inter ? hid : inter));
-    float *wide = (float *)malloc(sizeof(float) * T * widest);
-    float *attn = (float *)malloc(sizeof(float) * T * q_size);
-    float *delta = (float *)malloc(sizeof(float) * T * hid);
-    int rc = -1;
-    if (!h || !wide || !attn || !delta) goto done;
-    aio_rmsnorm(x, hid, L->norm_in, h, T, hid, L->eps_in, nthreads);
-    if ((rc = project(L->kind_qkv, h, T, hid, L->w_qkv, qkv_width, wide, nthreads))) goto done;
-    if (L->bias_qkv)
-        for (int64_t t = 0; t < T; t++) add_into(wide + t * qkv_width, L->bias_qkv, qkv_width);
-    aio_rotary(wide, qkv_width, T, (int)(H + Hkv), (int)D, cos, signed_sin);
-    if (aio_paged_attention(wide, qkv_width, wide + q_size, qkv_width, wide + q_size + kv_size, qkv_width, k_cache,
-                            v_cache, slot_mapping, T, token_seq, visible, block_tables, max_blocks, (int)H,
-                            (int)Hkv, (int)D, block_size, L->scale, attn, nthreads)) {
-        rc = -1;
-        goto done;
-    }
-    if ((rc = project(L->kind_o, attn, T, q_size, L->w_o, hid, delta, nthreads))) goto done;
-    add_into(x, delta, T * hid);
-    aio_rmsnorm(x, hid, L->norm_post, h, T, hid, L->eps_post, nthreads);
-    if ((rc = project(L->kind_gate_up, h, T, hid, L->w_gate_up, 2 * inter, wide, nthreads))) goto done;
-    aio_silu_mul(wide, h, T, inter, nthreads);
-    if ((rc = project(L->kind_down, h, T, inter, L->w_down, hid, delta, nthreads))) goto done;
-    add_into(x, delta, T * hid);
-    rc = 0;
-done:
-    free(h);
-    free(wide);
-    free(attn);
-    free(delta);
+    float *scratch = (float *)malloc(sizeof(float) * scratch_floats(L, T));
+    if (!scratch) return -1;
+    const int rc = layer_step(L, x, T, cos, signed_sin, k_cache, v_cache, block_size, slot_mapping, token_seq, visible,
+                              block_tables, max_blocks, nthreads, scratch);
+    free(scratch);
     return rc;
 }
 
 /* layers[0 .. n-1] of one step in turn, layer l with its KV caches k_caches[l], v_caches[l]: a model's decoder
- * stack in one call. Returns 0 or the first failing layer's code. */
+ * stack in one call, on one allocation of working rows (a verification's rows of the widest layer pass glibc's
+ * mmap threshold: allocated per layer, each layer paid the map and its page faults). Returns 0 or the first
+ * failing layer's code. */
 int aio_llama_layers(const aio_layer *const *layers, int n, float *x, int64_t T, const float *cos,
                      const float *signed_sin, float *const *k_caches, float *const *v_caches, int block_size,
                      const int64_t *slot_mapping, const int64_t *token_seq, const int64_t *visible,
                      const int64_t *block_tables, int64_t max_blocks, int nthreads) {
-    for (int l = 0; l < n; l++) {
-        const int rc = aio_llama_layer(layers[l], x, T, cos, signed_sin, k_caches[l], v_caches[l], block_size,
-                                       slot_mapping, token_seq, visible, block_tables, max_blocks, nthreads);
-        if (rc) return rc;
-    }
-    return 0;
+    int64_t floats = 0;
+    for (int l = 0; l < n; l++) floats = scratch_floats(layers[l], T) > floats ? scratch_floats(layers[l], T) : floats;
+    float *scratch = (float *)malloc(sizeof(float) * floats);
+    if (!scratch) return -1;
+    int rc = 0;
+    for (int l = 0; l < n && !rc; l++)
+        rc = layer_step(layers[l], x, T, cos, signed_sin, k_caches[l], v_caches[l], block_size, slot_mapping,
+                        token_seq, visible, block_tables, max_blocks, nthreads, scratch);
+    free(scratch);
+    return rc;
 }

@@ -11,15 +11,22 @@
 #include <immintrin.h>
 #endif
 
-/* out[m] = w * (x[m] * rsqrt(mean(x[m]^2) + eps)), torch's order of operations */
+/* out[m] = w * (x[m] * rsqrt(mean(x[m]^2) + eps)), torch's order of operations but for the sum of squares: 16
+ * partial sums by element position (vectorised; one running sum was a chain of K dependent additions, 13 us for a
+ * verification's 5 rows of 1,536), added in order */
 void aio_rmsnorm(const float *x, int64_t ldx, const float *w, float *out, int64_t M, int64_t K, float eps,
                  int nthreads) {
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * ldx;
         float *o = out + m * K;
+        float part[16] = {0};
+        int64_t i = 0;
+        for (; i + 16 <= K; i += 16)
+            for (int j = 0; j < 16; j++) part[j] += xr[i + j] * xr[i + j];
+        for (; i < K; i++) part[i % 16] += xr[i] * xr[i];
         float ss = 0.0f;
-        for (int64_t i = 0; i < K; i++) ss += xr[i] * xr[i];
+        for (int j = 0; j < 16; j++) ss += part[j];
         const float r = 1.0f / sqrtf(ss / (float)K + eps);
         for (int64_t i = 0; i < K; i++) o[i] = w[i] * (xr[i] * r);
     }
