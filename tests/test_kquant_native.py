@@ -4,6 +4,8 @@ against an exact emulation of the kernel's arithmetic and against the dequantize
 instruction-set path this machine can build, batch invariance, mixed-type fused weights, the layer."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -145,6 +147,31 @@ def test_every_isa_gives_the_same_bits(kind, m, n):
         assert len(results) >= 2
         first = next(iter(results.values()))
         assert all(torch.equal(first, r) for r in results.values()), (k, list(results))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_k_blocked_tiles_give_the_same_bits(threads):
+    """A tile of several rows over a row wider than the L1 holds runs K in blocks of 8 groups (AVX-512 VNNI): the
+    same operations in the same order as unblocked. A build that blocks every tile of 2 rows or more gives the bits
+    of the default build, which blocks none of these (rows of 2,304: a block of 8 groups and one left over)."""
+    if not _cpu_has("avx512_vnni"):
+        pytest.skip("the blocked tiles are the AVX-512 VNNI path's")
+    torch.set_num_threads(threads)
+    default, blocked = build_library(VARIANTS["avx512vnni"]), build_library((*VARIANTS["avx512vnni"],
+                                                                            "-DKR_BLOCKED_FROM=0"))
+    assert blocked.lib.aio_kq_blocked_from() == 0 and default.lib.aio_kq_blocked_from() > 8 * 2304
+    for kind in REPACKED.values():
+        weight, _ = _weight(kind, 40, 2304, 12)
+        for m in (2, 5, 8, 13):
+            x = torch.randn(m, 2304)
+            assert torch.equal(gemm(default, x, weight), gemm(blocked, x, weight)), (kind, m)
+
+
+def test_tiles_are_blocked_from_three_quarters_of_the_l1():
+    """The blocking threshold (R x K) comes from this machine's L1 data cache, not from one CPU model's."""
+    l1 = os.sysconf("SC_LEVEL1_DCACHE_SIZE") if "SC_LEVEL1_DCACHE_SIZE" in os.sysconf_names else 0
+    want = l1 // 4 * 3 if 8192 <= l1 <= 4 << 20 else 36864
+    assert native_library().lib.aio_kq_blocked_from() == want
 
 
 @pytest.mark.parametrize("threads", [1, 2])

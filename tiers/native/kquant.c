@@ -21,10 +21,12 @@
  * integer sums are exact and the float steps are the same operations in the same order on every path, so AVX-512
  * VNNI, AVX2 and plain C give the same bits, and a row's result does not depend on the batch it came in.
  */
+#define _DEFAULT_SOURCE /* sysconf's cache sizes */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
@@ -1063,6 +1065,25 @@ static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, cons
  * product). The row's result is the sum of acc[k] + acc[k + 8] in facc_sum's order, plus 0. */
 #define KR_ROWS 8 /* activation rows per tile on the 512-bit path: a verification's k + 1 rows read the weight once */
 
+/* A tile of R > 1 rows is blocked from R x K = 3/4 of the L1 data cache's bytes (the activations take about 1.5 R K
+ * bytes: blocked once they pass ~1.1 times the L1). Measured on a 48 KB L1 (36,864): 5 rows of 8,960 gain 21%
+ * streamed, 2 threads; 4 rows lose or gain 4% (Q4_K / Q6_K), 2 and 3 rows lose 5-10% blocked. A 32 KB L1 (AMD's)
+ * gives 24,576, not measured. A build with -DKR_BLOCKED_FROM=N takes N instead (the tests block every tile). */
+#ifdef KR_BLOCKED_FROM
+static int64_t kr_blocked_from = KR_BLOCKED_FROM;
+#else
+static int64_t kr_blocked_from = 36864;
+
+__attribute__((constructor)) static void kr_read_l1(void) {
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+    const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    if (l1 >= 8192 && l1 <= (4 << 20)) kr_blocked_from = l1 / 4 * 3;
+#endif
+}
+#endif
+
+int64_t aio_kq_blocked_from(void) { return kr_blocked_from; }
+
 #if defined(KQ_VNNI)
 /* lanes k + (k + 8), then facc_sum: sum16's order */
 static inline float sum512(__m512 acc) {
@@ -1201,12 +1222,6 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
  * order per output as kr_rows (the accumulators wait in memory between blocks): the same bits. The prefetches follow
  * the blocked order: the next segment into L1, this segment of the next tile's rows into L2. */
 #define KR_BLOCK 8
-#ifndef KR_BLOCKED_FROM
-/* from R x K (the activations take about 1.5 times that in bytes): 5 rows of 8,960 are blocked (+21% streamed, 2
- * threads), 4 are not (-4% / +4% for Q4_K / Q6_K); 2 and 3 rows lost 5-10% blocked. An L1 of 32 KB (AMD's) was not
- * measured. */
-#define KR_BLOCKED_FROM 36000
-#endif
 static inline __attribute__((always_inline)) void kr_tile_blocked(const int TYPE, const actk_t *a, int64_t m0,
         const int R, int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
     const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K;
@@ -1532,7 +1547,7 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
 static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
 #if defined(KQ_VNNI)
-    if (TYPE >= T_REPACKED && R > 1 && R * K > KR_BLOCKED_FROM) {
+    if (TYPE >= T_REPACKED && R > 1 && R * K > kr_blocked_from) {
         kr_tile_blocked(TYPE, a, m0, R, K, w, n0, NT, out, ldo);
         return;
     }

@@ -29,6 +29,8 @@ def declare_ops(lib: ctypes.CDLL) -> None:
     lib.aio_llama_layers.restype = INT
     lib.aio_kq_row_bytes.argtypes = [INT, I64]
     lib.aio_kq_row_bytes.restype = I64
+    lib.aio_kq_blocked_from.argtypes = []
+    lib.aio_kq_blocked_from.restype = I64
     lib.aio_kq_repack.argtypes = [PTR, I64, I64, INT]
     lib.aio_kq_repack.restype = INT
     lib.aio_kq_dequantize_dense.argtypes = [PTR, I64, I64, INT, PTR, INT, INT]
