@@ -61,12 +61,14 @@ def cpu_info() -> dict[str, Any]:
 
     native = native_library()
     return {"model": model or os.uname().machine, "vendor": vendor, "cpus": os.cpu_count(),
-            "isa": [f for f in ISA_FLAGS if f in flags], "native_isa": native.isa if native else None}
+            "isa": [f for f in ISA_FLAGS if f in flags], "native_isa": native.isa if native else None,
+            "k_blocked_from": native.lib.aio_kq_blocked_from() if native else None}
 
 
 def describe_cpu(info: dict[str, Any]) -> str:
     return (f"{info['model']} ({info['vendor']}, {info['cpus']} CPUs); ISA: {' '.join(info['isa']) or 'none of '}"
-            f"; native kernels built for {info['native_isa']}")
+            f"; native kernels built for {info['native_isa']}, multi-row tiles K-blocked from rows x K = "
+            f"{info['k_blocked_from']} (3/4 of the L1 data cache)")
 
 
 def read_bandwidth(threads: int, nbytes: int = READ_BYTES, repeats: int = 5) -> dict[str, Any]:
