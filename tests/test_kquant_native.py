@@ -167,6 +167,23 @@ def test_k_blocked_tiles_give_the_same_bits(threads):
             assert torch.equal(gemm(default, x, weight), gemm(blocked, x, weight)), (kind, m)
 
 
+def test_a_thread_out_of_work_takes_the_rest_of_anothers_and_the_bits_stay():
+    """Each thread starts on its contiguous share of the chunks, and one that finishes early takes the back half of
+    the largest share left: with more threads than this machine's cores (so that they run unevenly and take from
+    each other), every output row is computed once, as one thread computes it."""
+    library = native_library()
+    for kind, k in (("Q4_K_R", 512), ("Q6_K_R", 768), ("Q5_0_R", 896)):
+        weight, _ = _weight(kind, 4000, k, 13)
+        x = torch.randn(5, k)
+        torch.set_num_threads(1)
+        want = gemm(library, x, weight)
+        for threads in (2, 3, 4, 7):
+            torch.set_num_threads(threads)
+            for _ in range(10):
+                assert torch.equal(gemm(library, x, weight), want), (kind, threads)
+    torch.set_num_threads(1)
+
+
 def test_tiles_are_blocked_from_three_quarters_of_the_l1():
     """The blocking threshold (R x K) comes from this machine's L1 data cache, not from one CPU model's."""
     l1 = os.sysconf("SC_LEVEL1_DCACHE_SIZE") if "SC_LEVEL1_DCACHE_SIZE" in os.sysconf_names else 0

@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 #if defined(_OPENMP)
@@ -1687,6 +1688,57 @@ static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, 
     return ok ? 0 : -1;
 }
 
+/* a thread's run of chunks [front, back) as one word (front << 32 | back), on its own cache line: the owner takes
+ * from the front, a thread out of work takes the back half */
+typedef struct {
+    _Atomic uint64_t range;
+    char pad[64 - sizeof(uint64_t)];
+} run_slot;
+
+static int64_t run_take_front(run_slot *run) {
+    uint64_t r = atomic_load(&run->range);
+    for (;;) {
+        const uint64_t front = r >> 32, back = r & 0xffffffffu;
+        if (front >= back) return -1;
+        if (atomic_compare_exchange_weak(&run->range, &r, ((front + 1) << 32) | back)) return (int64_t)front;
+    }
+}
+
+/* moves the back half of the largest run of the others (2 chunks or more) to runs[me]: 0 when there is none */
+static int run_steal(run_slot *runs, int team, int me) {
+    for (;;) {
+        int victim = -1;
+        uint64_t best = 1, seen = 0;
+        for (int t = 0; t < team; t++) {
+            const uint64_t r = atomic_load(&runs[t].range), left = (r & 0xffffffffu) - (r >> 32);
+            if (t != me && (r >> 32) < (r & 0xffffffffu) && left > best) victim = t, best = left, seen = r;
+        }
+        if (victim < 0) return 0;
+        const uint64_t front = seen >> 32, back = seen & 0xffffffffu, taken = (back - front) / 2;
+        if (atomic_compare_exchange_strong(&runs[victim].range, &seen, (front << 32) | (back - taken))) {
+            atomic_store(&runs[me].range, ((back - taken) << 32) | back);
+            return 1;
+        }
+    }
+}
+
+/* the output rows of chunk c (KQ_CHUNK weight rows of the part it falls in) for all M activation rows */
+static void kq_chunk(int64_t c, int nparts, const int64_t *first_chunk, const int *types, const int64_t *ns,
+                     const uint8_t *const *ws, const int64_t *first_col, const acts_t *a, int64_t M, int64_t K,
+                     float *out, int64_t ldo) {
+    int p = 0;
+    while (c >= first_chunk[p + 1]) p++;
+    (void)nparts;
+    const int64_t n0 = (c - first_chunk[p]) * KQ_CHUNK;
+    const int64_t NT = n0 + KQ_CHUNK < ns[p] ? KQ_CHUNK : ns[p] - n0;
+    const int step = tile_rows(types[p]);
+    for (int64_t m0 = 0; m0 < M; m0 += step) {
+        const int R = (int)(M - m0 < step ? M - m0 : step);
+        tile(types[p], a, m0, R, K, ws[p], n0, NT, out + first_col[p], ldo);
+    }
+}
+
+
 #define KQ_MAX_PARTS 16
 
 /* out[M, sum ns] (row stride ldo) = x[M, K] (row stride ldx) @ W^T, W the parts stacked along the output: part p
@@ -1725,34 +1777,55 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
     }
     /* each thread a contiguous run of chunks holding its share of the weight bytes (parts of different types
      * have different bytes per row: Q4_K_M's qkv, Q4_K next to a Q6_K v): chunk c goes to the thread whose
-     * share its first byte falls in */
+     * share its first byte falls in. A thread that finishes its run takes the back half of the largest run left
+     * (the cores of one machine do not stream at one speed: a verification's threads finished up to ~40 us apart
+     * a call), so each thread's weights stay a contiguous stream for its prefetches; a chunk's rows are computed
+     * alike by any thread. */
     int64_t first_byte[KQ_MAX_PARTS + 1];
     first_byte[0] = 0;
     for (int p = 0; p < nparts; p++) first_byte[p + 1] = first_byte[p] + ns[p] * row_bytes(types[p], K);
     const int64_t total = first_byte[nparts];
-#pragma omp parallel num_threads(nthreads) if (N * M * K >= 262144)
+    const int parallel = N * M * K >= 262144 && nthreads > 1;
+    run_slot *runs = parallel ? (run_slot *)aligned_alloc(64, sizeof(run_slot) * nthreads) : NULL;
+    if (parallel && !runs) {
+        acts_free(&a);
+        return -1;
+    }
+    for (int t = 0; parallel && t < nthreads; t++) atomic_init(&runs[t].range, 0);
+    int64_t owner_start = 0;
+    for (int64_t c = 0, t = 0; parallel && c <= chunks; c++) {
+        int64_t owner = nthreads;
+        if (c < chunks) {
+            int p = 0;
+            while (c >= first_chunk[p + 1]) p++;
+            const int64_t start = first_byte[p] + (c - first_chunk[p]) * KQ_CHUNK * row_bytes(types[p], K);
+            owner = (int64_t)((double)start * (double)nthreads / (double)total);
+        }
+        for (; t < owner; t++) {
+            atomic_store(&runs[t].range, ((uint64_t)owner_start << 32) | (uint64_t)c);
+            owner_start = c;
+        }
+    }
+#pragma omp parallel num_threads(nthreads) if (parallel)
     {
 #if defined(_OPENMP)
-        const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+        const int team = omp_get_num_threads(), me = omp_get_thread_num();
 #else
-        const int64_t team = 1, me = 0;
+        const int team = 1, me = 0;
 #endif
-        int p = 0;
-        for (int64_t c = 0; c < chunks; c++) {
-            while (c >= first_chunk[p + 1]) p++;
-            const int64_t n0 = (c - first_chunk[p]) * KQ_CHUNK;
-            const int64_t start = first_byte[p] + n0 * row_bytes(types[p], K);
-            const int64_t owner = (int64_t)((double)start * (double)team / (double)total);
-            if (owner < me) continue;
-            if (owner > me) break;
-            const int64_t NT = n0 + KQ_CHUNK < ns[p] ? KQ_CHUNK : ns[p] - n0;
-            const int step = tile_rows(types[p]);
-            for (int64_t m0 = 0; m0 < M; m0 += step) {
-                const int R = (int)(M - m0 < step ? M - m0 : step);
-                tile(types[p], &a, m0, R, K, ws[p], n0, NT, out + first_col[p], ldo);
+        if (team != nthreads || !parallel) { /* one thread (or a team short of threads): every chunk in order */
+            for (int64_t c = me; c < chunks; c += team) kq_chunk(c, nparts, first_chunk, types, ns, ws, first_col, &a,
+                                                                   M, K, out, ldo);
+        } else {
+            for (;;) {
+                int64_t c;
+                while ((c = run_take_front(&runs[me])) >= 0)
+                    kq_chunk(c, nparts, first_chunk, types, ns, ws, first_col, &a, M, K, out, ldo);
+                if (!run_steal(runs, nthreads, me)) break;
             }
         }
     }
+    free(runs);
     acts_free(&a);
     return 0;
 }
