@@ -1723,12 +1723,11 @@ static int run_steal(run_slot *runs, int team, int me) {
 }
 
 /* the output rows of chunk c (KQ_CHUNK weight rows of the part it falls in) for all M activation rows */
-static void kq_chunk(int64_t c, int nparts, const int64_t *first_chunk, const int *types, const int64_t *ns,
+static void kq_chunk(int64_t c, const int64_t *first_chunk, const int *types, const int64_t *ns,
                      const uint8_t *const *ws, const int64_t *first_col, const acts_t *a, int64_t M, int64_t K,
                      float *out, int64_t ldo) {
     int p = 0;
     while (c >= first_chunk[p + 1]) p++;
-    (void)nparts;
     const int64_t n0 = (c - first_chunk[p]) * KQ_CHUNK;
     const int64_t NT = n0 + KQ_CHUNK < ns[p] ? KQ_CHUNK : ns[p] - n0;
     const int step = tile_rows(types[p]);
@@ -1814,13 +1813,13 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
         const int team = 1, me = 0;
 #endif
         if (team != nthreads || !parallel) { /* one thread (or a team short of threads): every chunk in order */
-            for (int64_t c = me; c < chunks; c += team) kq_chunk(c, nparts, first_chunk, types, ns, ws, first_col, &a,
-                                                                   M, K, out, ldo);
+            for (int64_t c = me; c < chunks; c += team)
+                kq_chunk(c, first_chunk, types, ns, ws, first_col, &a, M, K, out, ldo);
         } else {
             for (;;) {
                 int64_t c;
                 while ((c = run_take_front(&runs[me])) >= 0)
-                    kq_chunk(c, nparts, first_chunk, types, ns, ws, first_col, &a, M, K, out, ldo);
+                    kq_chunk(c, first_chunk, types, ns, ws, first_col, &a, M, K, out, ldo);
                 if (!run_steal(runs, nthreads, me)) break;
             }
         }
