@@ -1777,9 +1777,9 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
     /* each thread a contiguous run of chunks holding its share of the weight bytes (parts of different types
      * have different bytes per row: Q4_K_M's qkv, Q4_K next to a Q6_K v): chunk c goes to the thread whose
      * share its first byte falls in. A thread that finishes its run takes the back half of the largest run left
-     * (the cores of one machine do not stream at one speed: a verification's threads finished up to ~40 us apart
-     * a call), so each thread's weights stay a contiguous stream for its prefetches; a chunk's rows are computed
-     * alike by any thread. */
+     * (the cores of one machine do not stream at one speed: a verification's two threads finished 8-19 us apart
+     * a call on average, a decode step's 6-7), so each thread's weights stay a contiguous stream for its
+     * prefetches; a chunk's rows are computed alike by any thread. */
     int64_t first_byte[KQ_MAX_PARTS + 1];
     first_byte[0] = 0;
     for (int p = 0; p < nparts; p++) first_byte[p + 1] = first_byte[p] + ns[p] * row_bytes(types[p], K);
