@@ -1695,12 +1695,18 @@ typedef struct {
     char pad[64 - sizeof(uint64_t)];
 } run_slot;
 
-static int64_t run_take_front(run_slot *run) {
+/* the next chunks of a run from its front, [*first, return value): an eighth of what is left (at least one), so
+ * that a run of hundreds of chunks costs tens of atomic operations; -1 when it is empty */
+static int64_t run_take_front(run_slot *run, int64_t *first) {
     uint64_t r = atomic_load(&run->range);
     for (;;) {
         const uint64_t front = r >> 32, back = r & 0xffffffffu;
         if (front >= back) return -1;
-        if (atomic_compare_exchange_weak(&run->range, &r, ((front + 1) << 32) | back)) return (int64_t)front;
+        const uint64_t take = (back - front + 7) / 8;
+        if (atomic_compare_exchange_weak(&run->range, &r, ((front + take) << 32) | back)) {
+            *first = (int64_t)front;
+            return (int64_t)(front + take);
+        }
     }
 }
 
@@ -1817,9 +1823,10 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
                 kq_chunk(c, first_chunk, types, ns, ws, first_col, &a, M, K, out, ldo);
         } else {
             for (;;) {
-                int64_t c;
-                while ((c = run_take_front(&runs[me])) >= 0)
-                    kq_chunk(c, first_chunk, types, ns, ws, first_col, &a, M, K, out, ldo);
+                int64_t first, end;
+                while ((end = run_take_front(&runs[me], &first)) >= 0)
+                    for (int64_t c = first; c < end; c++)
+                        kq_chunk(c, first_chunk, types, ns, ws, first_col, &a, M, K, out, ldo);
                 if (!run_steal(runs, nthreads, me)) break;
             }
         }
