@@ -59,12 +59,23 @@ static void add_into(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* a layer's working rows for T tokens: h [T, max(hidden, intermediate)], wide [T, max(qkv, 2 intermediate)],
- * attn [T, heads x head_dim], delta [T, hidden] */
-static int64_t scratch_floats(const aio_layer *L, int64_t T) {
+enum { ROWS_H, ROWS_WIDE, ROWS_ATTN, ROWS_DELTA, ROWS_N };
+
+/* the widths of a layer's working rows, one row per token, back to back in its scratch: h (max(hidden,
+ * intermediate)), wide (max(qkv, 2 intermediate)), attn (heads x head_dim), delta (hidden); returns their sum */
+static int64_t row_widths(const aio_layer *L, int64_t w[ROWS_N]) {
     const int64_t q_size = L->num_heads * L->head_dim, qkv_width = q_size + 2 * L->num_kv_heads * L->head_dim;
     const int64_t inter = L->intermediate, hid = L->hidden;
-    return T * ((hid > inter ? hid : inter) + (qkv_width > 2 * inter ? qkv_width : 2 * inter) + q_size + hid);
+    w[ROWS_H] = hid > inter ? hid : inter;
+    w[ROWS_WIDE] = qkv_width > 2 * inter ? qkv_width : 2 * inter;
+    w[ROWS_ATTN] = q_size;
+    w[ROWS_DELTA] = hid;
+    return w[ROWS_H] + w[ROWS_WIDE] + w[ROWS_ATTN] + w[ROWS_DELTA];
+}
+
+static int64_t scratch_floats(const aio_layer *L, int64_t T) {
+    int64_t w[ROWS_N];
+    return T * row_widths(L, w);
 }
 
 /* one layer on scratch_floats(L, T) floats at `scratch` */
@@ -74,8 +85,9 @@ static int layer_step(const aio_layer *L, float *x, int64_t T, const float *cos,
                       int64_t max_blocks, int nthreads, float *scratch) {
     const int64_t hid = L->hidden, D = L->head_dim, H = L->num_heads, Hkv = L->num_kv_heads;
     const int64_t q_size = H * D, kv_size = Hkv * D, qkv_width = q_size + 2 * kv_size, inter = L->intermediate;
-    const int64_t widest = qkv_width > 2 * inter ? qkv_width : 2 * inter;
-    float *h = scratch, *wide = h + T * (hid > inter ? hid : inter), *attn = wide + T * widest, *delta = attn + T * q_size;
+    int64_t w[ROWS_N];
+    row_widths(L, w);
+    float *h = scratch, *wide = h + T * w[ROWS_H], *attn = wide + T * w[ROWS_WIDE], *delta = attn + T * w[ROWS_ATTN];
     int rc;
     aio_rmsnorm(x, hid, L->norm_in, h, T, hid, L->eps_in, nthreads);
     if ((rc = project(L->kind_qkv, h, T, hid, L->w_qkv, qkv_width, wide, nthreads))) return rc;
