@@ -1798,10 +1798,9 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
     }
     for (int t = 0; parallel && t < nthreads; t++) atomic_init(&runs[t].range, 0);
     int64_t owner_start = 0;
-    for (int64_t c = 0, t = 0; parallel && c <= chunks; c++) {
+    for (int64_t c = 0, t = 0, p = 0; parallel && c <= chunks; c++) {
         int64_t owner = nthreads;
         if (c < chunks) {
-            int p = 0;
             while (c >= first_chunk[p + 1]) p++;
             const int64_t start = first_byte[p] + (c - first_chunk[p]) * KQ_CHUNK * row_bytes(types[p], K);
             owner = (int64_t)((double)start * (double)nthreads / (double)total);
