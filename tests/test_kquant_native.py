@@ -132,6 +132,30 @@ def test_matmul_equals_its_exact_emulation_on_every_isa(library, kind, m, n, k):
     assert ((got.double() - ref).abs() <= bound + 1e-6).all()
 
 
+# the bytes of a stored block that hold codes (the rest: scales, mins): every code at its largest when all are 0xFF
+CODE_BYTES = {"Q4_K": slice(16, 144), "Q6_K": slice(0, 192), "Q5_0": slice(2, 22)}
+
+
+@pytest.mark.parametrize("kind", REPACKED.values())
+def test_the_largest_codes_times_the_largest_activations_stay_exact_on_every_isa(library, kind):
+    """Every code at its largest (15, 63, 31) against activations that all quantize to +127 or -127: the integer sums'
+    worst case. AVX2 adds pmaddubsw's int16 pair sums in int16 before widening; one pair too many would wrap."""
+    stored = STORED_OF[kind]
+    n, k = 9, 1024
+    blocks = make_blocks(stored, n, k, np.random.default_rng(3))
+    per_block = BLOCK_TYPES[stored][2]
+    view = blocks.reshape(n, k // BLOCK_TYPES[stored][1], per_block)
+    view[:, :, CODE_BYTES[stored]] = 0xFF
+    weight = repack(native_library(), KQuantWeight.from_blocks(stored, blocks, n, k))
+    dense = _gguf_dequantize(kind, blocks, n, k)
+    x = torch.ones(8, k)
+    x[1::2] = -1.0
+    x[4:, k // 2:] *= -1.0  # signs that change within a row
+    got = gemm(library, x, weight)
+    want = emulate(x, dense, act_block(kind))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
 @pytest.mark.parametrize("kind", TYPES)
 @pytest.mark.parametrize("m,n", [(6, 24), (1, 25)])  # (1, 25): a decode step, weight rows in pairs and one left
 def test_every_isa_gives_the_same_bits(kind, m, n):

@@ -45,6 +45,10 @@
 #define QK 32
 #define QK_K 256
 #define KQ_ROWS 4
+#ifndef KR_ROWS
+#define KR_ROWS 8 /* activation rows per tile of the repacked types (SIMD paths): a verification's k + 1 rows read the
+                   * weight once */
+#endif
 #define KQ_CHUNK 16
 /* Weights are read once per step, so they are prefetched in two stages: into L2 KQ_PREFETCH_L2 bytes ahead of the
  * group being read, into L1 KQ_PREFETCH ahead. A demand stream consumed as slowly as these kernels consume it (some
@@ -1064,7 +1068,6 @@ static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, cons
  * d_w * sc and dmin * m are exact (an fp16 times 6 or 8 bits). Q4_K_R's lanes 8-15 take 16 isum and d_w sc / 16
  * (KR_HI16: the 512-bit path masks the high nibbles in place instead of shifting them; both exact, so the same
  * product). The row's result is the sum of acc[k] + acc[k + 8] in facc_sum's order, plus 0. */
-#define KR_ROWS 8 /* activation rows per tile on the 512-bit path: a verification's k + 1 rows read the weight once */
 
 /* A tile of R > 1 rows is blocked from R x K = 3/4 of the L1 data cache's bytes (the activations take about 1.5 R K
  * bytes: blocked once they pass ~1.1 times the L1). Measured on a 48 KB L1 (36,864): 5 rows of 8,960 gain 21%
@@ -1245,10 +1248,16 @@ static inline __attribute__((always_inline)) void kr_tile_blocked(const int TYPE
         for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n0 + t] = sum512(acc[t][r]) + 0.0f;
 }
 #elif defined(KQ_SIMD)
-/* acc + the dot products of 32 unsigned codes with 32 activations, 4 to a lane (vpdpbusd's sums) */
-static inline __m256i dot32_add(__m256i acc, __m256i codes, const int8_t *a) {
-    const __m256i p = _mm256_maddubs_epi16(codes, _mm256_load_si256((const __m256i *)a));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+/* AVX2 has no vpdpbusd. pmaddubsw's int16 pair sums are added up in int16 while they cannot overflow, then widened
+ * once by pmaddwd into 4-to-a-lane int32 sums (vpdpbusd's). Codes below 2^b times activations within +-127: a pair
+ * is at most 3,810 for 4-bit codes (8 pairs add up to 30,480), 7,874 for 5-bit (4 pairs), 16,002 for 6-bit (2).
+ * The integer sums stay exact, so the bits do not change; a row pays one pmaddwd per 8, 4 or 2 vectors, not one
+ * per vector (two multiply-unit ops per 32 codes and row were the AVX2 path's bound at 5 rows). */
+static inline __m256i dot32_i16(__m256i acc16, __m256i codes, const int8_t *a) {
+    return _mm256_add_epi16(acc16, _mm256_maddubs_epi16(codes, _mm256_load_si256((const __m256i *)a)));
+}
+static inline __m256i widen_add(__m256i acc32, __m256i acc16) {
+    return _mm256_add_epi32(acc32, _mm256_madd_epi16(acc16, _mm256_set1_epi16(1)));
 }
 
 /* vector v of group g: positions 0-31 in *c0, 32-63 in *c1 */
@@ -1270,7 +1279,7 @@ static inline __attribute__((always_inline)) void kr256_codes(const int TYPE, co
 static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
     const int64_t rb = row_bytes(TYPE, K), gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
-    __m256 acc[KQ_ROWS][2];
+    __m256 acc[KR_ROWS][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     int64_t gi = 0;
     if (TYPE == T_Q4_K_R) /* pairs: the 512-bit path's lanes 0-7 in [0], 8-15 in [1] */
@@ -1287,20 +1296,21 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
                 mneg[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8 * h))),
                                         _mm256_set1_ps(-fp16(pg + 16 * h + 2)));
             }
-            __m256i isum[KQ_ROWS][2];
+            __m256i isum[KR_ROWS][2];
             for (int r = 0; r < R; r++) isum[r][0] = isum[r][1] = _mm256_setzero_si256();
             const __m256i m4 = _mm256_set1_epi8(0x0F);
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++) {
+#pragma GCC unroll 2 /* 8 rows unrolled 8 times over: GCC moved the products through the stack */
+            for (int u = 0; u < 8; u++) { /* 4-bit codes: 8 vectors in int16 */
                 const __m256i ql = _mm256_loadu_si256((const __m256i *)(pg + 32 + 32 * u));
                 const __m256i c[2] = {_mm256_and_si256(ql, m4), _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4)};
                 for (int r = 0; r < R; r++)
                     for (int h = 0; h < 2; h++)
-                        isum[r][h] = dot32_add(isum[r][h], c[h], a->qp + (m0 + r) * K + gi * QK_K + 64 * u + 32 * h);
+                        isum[r][h] = dot32_i16(isum[r][h], c[h], a->qp + (m0 + r) * K + gi * QK_K + 64 * u + 32 * h);
             }
             for (int r = 0; r < R; r++)
                 for (int h = 0; h < 2; h++) {
                     const int64_t s = (m0 + r) * (K / 512 * 32) + gi * 16 + 8 * h;
+                    isum[r][h] = widen_add(_mm256_setzero_si256(), isum[r][h]);
                     if (h) isum[r][h] = _mm256_slli_epi32(isum[r][h], 4);
                     const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]), _mm256_load_ps(a->pd + s));
                     acc[r][h] = _mm256_fmadd_ps(t, scd[h], acc[r][h]);
@@ -1328,15 +1338,21 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
                 mneg[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8 * h))), nmin);
             }
         }
-        __m256i isum[KQ_ROWS][2];
-        for (int r = 0; r < R; r++) isum[r][0] = isum[r][1] = _mm256_setzero_si256();
+        __m256i isum[KR_ROWS][2], i16[KR_ROWS][2];
+        for (int r = 0; r < R; r++) isum[r][0] = isum[r][1] = i16[r][0] = i16[r][1] = _mm256_setzero_si256();
+        const int span = TYPE == T_Q6_K_R ? 2 : 4; /* vectors summed in int16: 6-bit codes 2, 4-bit all 4 */
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
             __m256i c[2];
             kr256_codes(TYPE, g, v, &c[0], &c[1]);
             for (int r = 0; r < R; r++)
-                for (int h = 0; h < 2; h++)
-                    isum[r][h] = dot32_add(isum[r][h], c[h], a->qr + (m0 + r) * K + gi * QK_K + 64 * v + 32 * h);
+                for (int h = 0; h < 2; h++) {
+                    i16[r][h] = dot32_i16(i16[r][h], c[h], a->qr + (m0 + r) * K + gi * QK_K + 64 * v + 32 * h);
+                    if ((v + 1) % span == 0) {
+                        isum[r][h] = widen_add(isum[r][h], i16[r][h]);
+                        i16[r][h] = _mm256_setzero_si256();
+                    }
+                }
         }
         for (int r = 0; r < R; r++)
             for (int h = 0; h < 2; h++) {
@@ -1485,7 +1501,7 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
                                                            const uint8_t *w, int64_t n, float *out, int64_t ldo) {
     const int64_t rb = row_bytes(T_Q5_0_R, K), nl = K / 8;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[KQ_ROWS][2];
+    __m256 acc[KR_ROWS][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     KR5_GROUPS({
         group_prefetch(g, 22 * G);
@@ -1496,11 +1512,13 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
                                                 : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
             _mm256_permutevar8x32_ps(d8, G == 8 ? _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)
                                                 : _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3))};
-        __m256i isum[KQ_ROWS][2];
+        __m256i isum[KR_ROWS][2];
         for (int r = 0; r < R; r++)
             for (int h = 0; h < 2; h++)
                 isum[r][h] = _mm256_loadu_si256((const __m256i *)(a->b16 + (m0 + r) * nl + lane0 + 8 * h));
-        for (int v = 0; v < G / 2; v++) {
+        __m256i i16[KR_ROWS][2];
+        for (int r = 0; r < R; r++) i16[r][0] = i16[r][1] = _mm256_setzero_si256();
+        for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
             const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
             uint32_t bits[2];
             memcpy(bits, g + 18 * G + 8 * v, 8);
@@ -1508,8 +1526,10 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
                                   _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), bits_to_16(bits[1]))};
             for (int r = 0; r < R; r++)
                 for (int h = 0; h < 2; h++)
-                    isum[r][h] = dot32_add(isum[r][h], c[h], a->qr + (m0 + r) * K + e + 64 * v + 32 * h);
+                    i16[r][h] = dot32_i16(i16[r][h], c[h], a->qr + (m0 + r) * K + e + 64 * v + 32 * h);
         }
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < 2; h++) isum[r][h] = widen_add(isum[r][h], i16[r][h]);
         for (int r = 0; r < R; r++)
             for (int h = 0; h < 2; h++) {
                 const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]),
@@ -1600,7 +1620,7 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
 
 /* activation rows per tile for a block type: each tile reads the weight rows once */
 static int tile_rows(int type) {
-#if defined(KQ_VNNI)
+#if defined(KQ_SIMD)
     if (type >= T_REPACKED) return KR_ROWS;
 #endif
     (void)type;
@@ -1611,6 +1631,10 @@ static void tile(int type, const acts_t *a, int64_t m0, int R, int64_t K, const 
                  float *out, int64_t ldo) {
     switch (type) {
 #if defined(KQ_VNNI)
+    case T_Q4_K_R: KK_R(T_Q4_K_R, KR_ROWS) break;
+    case T_Q6_K_R: KK_R(T_Q6_K_R, KR_ROWS) break;
+    case T_Q5_0_R: KR5_R(KR_ROWS) break;
+#elif defined(KQ_SIMD)
     case T_Q4_K_R: KK_R(T_Q4_K_R, KR_ROWS) break;
     case T_Q6_K_R: KK_R(T_Q6_K_R, KR_ROWS) break;
     case T_Q5_0_R: KR5_R(KR_ROWS) break;
