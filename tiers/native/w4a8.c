@@ -137,6 +137,16 @@ static inline float tail_share(const quantized_rows *a, int64_t m, int64_t K, co
 }
 
 /* ---------------------------------------------------------------- AVX-512 VNNI */
+/* F(args..., r) with r the run-time row count R as a constant (1, 2, 3 or ROW_TILE): each tile function is
+ * always_inline, so its accumulators stay in registers only where its row count is known at compile time */
+#define BY_ROWS(F, ...)                                                                                        \
+    switch (R) {                                                                                               \
+    case 1: F(__VA_ARGS__, 1); break;                                                                          \
+    case 2: F(__VA_ARGS__, 2); break;                                                                          \
+    case 3: F(__VA_ARGS__, 3); break;                                                                          \
+    default: F(__VA_ARGS__, ROW_TILE); break;                                                                  \
+    }
+
 #if defined(AIO_AVX512)
 static inline __m512 bcast_pair(const float *s) { return _mm512_castpd_ps(_mm512_set1_pd(*(const double *)s)); }
 
@@ -213,14 +223,7 @@ static inline __attribute__((always_inline)) void tile(const quantized_rows *a, 
         }
 }
 
-#define TILE_CASE(W8, NT, R) tile(a, m0, K, w, n0, out, ldo, W8, NT, R)
-#define ROW_CASES(W8, NT)                                                                                      \
-    switch (R) {                                                                                               \
-    case 1: TILE_CASE(W8, NT, 1); break;                                                                       \
-    case 2: TILE_CASE(W8, NT, 2); break;                                                                       \
-    case 3: TILE_CASE(W8, NT, 3); break;                                                                       \
-    default: TILE_CASE(W8, NT, ROW_TILE); break;                                                               \
-    }
+#define ROW_CASES(W8, NT) BY_ROWS(tile, a, m0, K, w, n0, out, ldo, W8, NT)
 
 static void dot_rows(const quantized_rows *a, int64_t m0, int R, int64_t K, const uint8_t *w, int is_w8,
                      float *out, int64_t ldo, int64_t n0, int NT) {
@@ -255,12 +258,12 @@ static inline __m256i dot_s8s8(__m256i w, __m256i q) {
     return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
 }
 
-/* NT weight rows for R activation rows; W8 and R are constants at each call site (always_inline, dispatched below), so
+/* NT weight rows for R activation rows; W8 and R are constants at each call site (always_inline, BY_ROWS), so
  * the accumulators stay in registers: as one function with a run-time R and W8 the rows of SmolLM2 (576 wide) read
  * 4-8 GB/s on an AVX2 AMD EPYC. INT4: the two pmaddubsw of a pair add up in int16 (codes <= 15, |q| <= 127: at most
  * 7,620) before one pmaddwd; INT8's pair sums (up to 32,258 after the sign moves) are widened one by one. */
-static inline __attribute__((always_inline)) void rows_avx2(const quantized_rows *a, int64_t m0, const int R,
-        int64_t K, const uint8_t *w, const int W8, float *out, int64_t ldo, int64_t n0, int NT) {
+static inline __attribute__((always_inline)) void rows_avx2(const quantized_rows *a, int64_t m0, int64_t K,
+        const uint8_t *w, const int W8, float *out, int64_t ldo, int64_t n0, int NT, const int R) {
     const int64_t nb = K / QK, pairs = nb / 2, stride = row_bytes(K, W8);
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int t = 0; t < NT; t++) {
@@ -309,20 +312,12 @@ static inline __attribute__((always_inline)) void rows_avx2(const quantized_rows
     }
 }
 
-#define AVX2_ROWS(W8)                                                                                          \
-    switch (R) {                                                                                               \
-    case 1: rows_avx2(a, m0, 1, K, w, W8, out, ldo, n0, NT); break;                                            \
-    case 2: rows_avx2(a, m0, 2, K, w, W8, out, ldo, n0, NT); break;                                            \
-    case 3: rows_avx2(a, m0, 3, K, w, W8, out, ldo, n0, NT); break;                                            \
-    default: rows_avx2(a, m0, ROW_TILE, K, w, W8, out, ldo, n0, NT); break;                                    \
-    }
-
 static void dot_rows(const quantized_rows *a, int64_t m0, int R, int64_t K, const uint8_t *w, int is_w8,
                      float *out, int64_t ldo, int64_t n0, int NT) {
     if (is_w8) {
-        AVX2_ROWS(1)
+        BY_ROWS(rows_avx2, a, m0, K, w, 1, out, ldo, n0, NT)
     } else {
-        AVX2_ROWS(0)
+        BY_ROWS(rows_avx2, a, m0, K, w, 0, out, ldo, n0, NT)
     }
 }
 
@@ -415,22 +410,16 @@ static inline __attribute__((always_inline)) void tile_w8f(const float *xs, int6
         }
 }
 
-#define W8F_ROWS(NT)                                                                                           \
-    switch (R) {                                                                                               \
-    case 1: tile_w8f(xs, m0, K, w, n0, out, ldo, NT, 1); break;                                                \
-    case 2: tile_w8f(xs, m0, K, w, n0, out, ldo, NT, 2); break;                                                \
-    case 3: tile_w8f(xs, m0, K, w, n0, out, ldo, NT, 3); break;                                                \
-    default: tile_w8f(xs, m0, K, w, n0, out, ldo, NT, ROW_TILE); break;                                        \
-    }
+#define W8F_ROWS(NT) BY_ROWS(tile_w8f, xs, m0, K, w, n0, out, ldo, NT)
 
 static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const uint8_t *w, float *out, int64_t ldo,
                          int64_t n0, int NT) {
     if (NT == N_TILE) { W8F_ROWS(N_TILE) } else { W8F_ROWS(1) }
 }
 #elif defined(AIO_AVX2)
-/* R a constant at each call site, as rows_avx2's */
-static inline __attribute__((always_inline)) void rows_w8f_avx2(const float *xs, int64_t m0, const int R, int64_t K,
-        const uint8_t *w, float *out, int64_t ldo, int64_t n0, int NT) {
+/* R a constant at each call site (BY_ROWS), as rows_avx2's */
+static inline __attribute__((always_inline)) void rows_w8f_avx2(const float *xs, int64_t m0, int64_t K,
+        const uint8_t *w, float *out, int64_t ldo, int64_t n0, int NT, const int R) {
     const int64_t nb = K / QK, pairs = nb / 2, stride = row_bytes(K, 1);
     for (int t = 0; t < NT; t++) {
         const uint8_t *row = w + (n0 + t) * stride;
@@ -461,12 +450,7 @@ static inline __attribute__((always_inline)) void rows_w8f_avx2(const float *xs,
 }
 static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const uint8_t *w, float *out, int64_t ldo,
                          int64_t n0, int NT) {
-    switch (R) {
-    case 1: rows_w8f_avx2(xs, m0, 1, K, w, out, ldo, n0, NT); break;
-    case 2: rows_w8f_avx2(xs, m0, 2, K, w, out, ldo, n0, NT); break;
-    case 3: rows_w8f_avx2(xs, m0, 3, K, w, out, ldo, n0, NT); break;
-    default: rows_w8f_avx2(xs, m0, ROW_TILE, K, w, out, ldo, n0, NT); break;
-    }
+    BY_ROWS(rows_w8f_avx2, xs, m0, K, w, out, ldo, n0, NT)
 }
 #else
 static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const uint8_t *w, float *out, int64_t ldo,
