@@ -1256,9 +1256,8 @@ static inline __attribute__((always_inline)) void kr_tile_blocked(const int TYPE
 static inline __m256i dot32_i16(__m256i acc16, __m256i codes, const int8_t *a) {
     return _mm256_add_epi16(acc16, _mm256_maddubs_epi16(codes, _mm256_load_si256((const __m256i *)a)));
 }
-static inline __m256i widen_add(__m256i acc32, __m256i acc16) {
-    return _mm256_add_epi32(acc32, _mm256_madd_epi16(acc16, _mm256_set1_epi16(1)));
-}
+static inline __m256i widen(__m256i acc16) { return _mm256_madd_epi16(acc16, _mm256_set1_epi16(1)); }
+static inline __m256i widen_add(__m256i acc32, __m256i acc16) { return _mm256_add_epi32(acc32, widen(acc16)); }
 
 /* vector v of group g: positions 0-31 in *c0, 32-63 in *c1 */
 static inline __attribute__((always_inline)) void kr256_codes(const int TYPE, const uint8_t *g, int v, __m256i *c0,
@@ -1296,8 +1295,8 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
                 mneg[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8 * h))),
                                         _mm256_set1_ps(-fp16(pg + 16 * h + 2)));
             }
-            __m256i isum[KR_ROWS][2];
-            for (int r = 0; r < R; r++) isum[r][0] = isum[r][1] = _mm256_setzero_si256();
+            __m256i i16[KR_ROWS][2];
+            for (int r = 0; r < R; r++) i16[r][0] = i16[r][1] = _mm256_setzero_si256();
             const __m256i m4 = _mm256_set1_epi8(0x0F);
 #pragma GCC unroll 2 /* 8 rows unrolled 8 times over: GCC moved the products through the stack */
             for (int u = 0; u < 8; u++) { /* 4-bit codes: 8 vectors in int16 */
@@ -1305,14 +1304,13 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
                 const __m256i c[2] = {_mm256_and_si256(ql, m4), _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4)};
                 for (int r = 0; r < R; r++)
                     for (int h = 0; h < 2; h++)
-                        isum[r][h] = dot32_i16(isum[r][h], c[h], a->qp + (m0 + r) * K + gi * QK_K + 64 * u + 32 * h);
+                        i16[r][h] = dot32_i16(i16[r][h], c[h], a->qp + (m0 + r) * K + gi * QK_K + 64 * u + 32 * h);
             }
             for (int r = 0; r < R; r++)
                 for (int h = 0; h < 2; h++) {
                     const int64_t s = (m0 + r) * (K / 512 * 32) + gi * 16 + 8 * h;
-                    isum[r][h] = widen_add(_mm256_setzero_si256(), isum[r][h]);
-                    if (h) isum[r][h] = _mm256_slli_epi32(isum[r][h], 4);
-                    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]), _mm256_load_ps(a->pd + s));
+                    const __m256i isum = h ? _mm256_slli_epi32(widen(i16[r][h]), 4) : widen(i16[r][h]);
+                    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_load_ps(a->pd + s));
                     acc[r][h] = _mm256_fmadd_ps(t, scd[h], acc[r][h]);
                     acc[r][h] = _mm256_fmadd_ps(mneg[h], _mm256_load_ps(a->pd + s + 16), acc[r][h]);
                 }
