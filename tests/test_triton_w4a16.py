@@ -212,7 +212,7 @@ def test_rows_pick_the_path(monkeypatch):
     """GEMV up to GEMV_PICK_MAX_M rows, tl.dot up to DENSE_ABOVE_M, the dense path above, on CUDA only."""
     from tiers.quantization.triton_w4a16 import DENSE_ABOVE_M, uses_dense
 
-    assert GEMV_PICK_MAX_M == 4 and DENSE_ABOVE_M == 256
+    assert GEMV_PICK_MAX_M == 2 and DENSE_ABOVE_M == 256
     assert not uses_dense(DENSE_ABOVE_M, on_cuda=True) and uses_dense(DENSE_ABOVE_M + 1, on_cuda=True)
     assert not uses_dense(4096, on_cuda=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -305,8 +305,12 @@ def test_wrapper_picks_the_gemv_for_small_m_on_cuda(monkeypatch):
 
 
 def test_gemv_table_on_llama_shapes():
-    """Split-K only where the N tiles alone leave SMs idle (132 SMs), never more slices than half the steps."""
+    """Split-K where the N tiles alone leave SMs idle (132 SMs) or a slice would walk more than 16 steps, never more
+    slices than half the steps."""
     assert pick_gemv_config(1, 4096, 4096, 128, 132) == GemvConfig(16, 1024, 1)  # o_proj: 256 tiles
+    assert pick_gemv_config(1, 4096, 14336, 128, 132).split_k == 1  # 8B down_proj: 256 tiles of 14 steps
+    assert pick_gemv_config(1, 8192, 28672, 128, 132).split_k == 2  # 70B down_proj: 512 tiles of 28 steps
+    assert pick_gemv_config(1, 8192, 8192, 128, 132).split_k == 1  # 70B o_proj: 512 tiles of 8 steps
     assert pick_gemv_config(1, 28672, 4096, 128, 132).split_k == 1  # gate_up
     assert pick_gemv_config(1, 1024, 4096, 128, 132).split_k == 2  # k/v_proj: 64 tiles, 4 steps
     assert pick_gemv_config(1, 1024, 14336, 128, 132).split_k == 4  # 64 tiles x 4 >= 132

@@ -19,7 +19,7 @@ The kernels, by device:
 - int8 on CPU: torch's `_weight_int8pack_mm` ("cpu_int8pack": bf16 activations: float32 ones take a path ~10x
   slower);
 - GGUF blocks as stored on CPU: "cpu_kq" (tiers/native/kquant.c);
-- int4 on CUDA with triton importable: "triton_w4a16" (tiers.quantization.triton_w4a16: a GEMV for M <= 4 rows, a
+- int4 on CUDA with triton importable: "triton_w4a16" (tiers.quantization.triton_w4a16: a GEMV for M <= 2 rows, a
   tiled tl.dot GEMM dequantizing in registers up to DENSE_ABOVE_M rows, cuBLAS over the weight dequantized into a
   reused buffer above; group sizes that are multiples of 32);
 - anything else (int8 on CUDA, odd shapes, a torch without the op): "dequant", the weight dequantized per call

@@ -4,8 +4,8 @@ The weight stays in Int4Weight's storage format, no repacking: `packed` uint8 [N
 row in the low nibble of byte i, 2i+1 in the high one), `scales`/`mins` [N, K/group_size], value = code*scale+min.
 
 Three paths, picked by M (the rows of the call) on CUDA:
-- M <= GEMV_PICK_MAX_M (4): a GEMV without tl.dot (triton_w4a16_gemv.py): decode at batch 1-4 streams the weight
-  once, FMAs on the CUDA cores.
+- M <= GEMV_PICK_MAX_M (2): a GEMV without tl.dot (triton_w4a16_gemv.py): decode at batch 1-2 streams the weight
+  once, FMAs on the CUDA cores (from 3 rows its arithmetic costs more than tl.dot's padding to 16: measured).
 - up to DENSE_ABOVE_M (256): the tiled tl.dot GEMM below, dequantizing in registers. While M is small (decode
   batches) the step still reads the weight once, so its time should stay near batch 1's; the tensor cores do the
   math.

@@ -28,11 +28,12 @@ Cost model, from the SASS Triton 3.9 compiles for sm_90 (counted, not timed): at
 instructions per weight byte and thread (BLOCK_N 16, BLOCK_K 1024, 4 warps: 3 per code plus the activation loads
 and reductions). An H100 SXM issues ~8.8 per byte of its HBM bandwidth (132 SMs x 128 lanes x 1.755 GHz /
 3.35 TB/s), so issue alone caps this at ~90% of peak. Each extra row adds an FMA per code and its activation
-loads (M = 4: ~20 per byte, M = 8: ~40), which is why the wrapper hands M > GEMV_PICK_MAX_M to the tl.dot kernel.
+loads (M = 4: ~20 per byte, M = 8: ~40), which is why the wrapper hands M > GEMV_PICK_MAX_M to the tl.dot kernel
+(measured on an H100: at 4 rows the GEMV took 1.8x tl.dot's time).
 
 Configs come from a fixed table (`pick_gemv_config`), never from autotuning: the same shapes always run the same
-code. The table is an untuned guess until measured on a GPU: `python -m benchmarks.w4a16 --sweep` times the
-alternatives and prints the winners.
+code. `python -m benchmarks.w4a16 --sweep` times the alternatives and prints the winners (docs/gpu.md has the last
+sweep).
 """
 from __future__ import annotations
 
@@ -44,9 +45,13 @@ import triton
 import triton.language as tl
 
 GEMV_MAX_M = 8  # the most rows the kernel takes (BLOCK_M buckets 1, 2, 4, 8)
-GEMV_PICK_MAX_M = 4  # the most rows the wrapper gives it by itself (see the cost model above; unmeasured)
+# The most rows the wrapper gives it by itself. Measured on an H100 (`benchmarks.w4a16 --model 8b --m 1,4`, Llama-3-8B's
+# fused projections, a layer): 1 row 74.5 us here against 123.4 for tl.dot padded to 16 rows; 4 rows 208.5 against
+# 115.9. The cost grows ~45 us a row here and stays flat there, so 2 rows (~119 by that slope) is about even, 3 not.
+GEMV_PICK_MAX_M = 2
 MIN_SEG_K = 32  # every supported group size is a multiple of 32
 MAX_SPLIT_K = 16
+MAX_SLICE_STEPS = 16  # split K further while a slice would walk more steps than this (70B down_proj: 28 steps)
 
 
 @dataclass(frozen=True)
@@ -172,10 +177,12 @@ def gemv_split_k(k: int, group_size: int, config: GemvConfig) -> int:
 
 
 def pick_gemv_config(m: int, n: int, k: int, group_size: int, num_sms: int) -> GemvConfig:
-    """The fixed table (untuned until measured; chosen by SASS instruction counts without spills): 16 weight rows
-    x 1024 columns per step for M <= 4 (with 4 warps a thread holds 4 words of each of 4 rows, so every activation
-    it loads serves 4 rows), 32 x 512 above. Split-K only while the N tiles alone give fewer programs than SMs
-    (a slice keeps >= 2 steps), because summing the slices is a second launch."""
+    """The fixed table: 16 weight rows x 1024 columns per step for M <= 4 (with 4 warps a thread holds 4 words of
+    each of 4 rows, so every activation it loads serves 4 rows), 32 x 512 above. Split-K while the N tiles alone give
+    fewer programs than SMs, or while a slice would walk more than MAX_SLICE_STEPS steps (a slice keeps >= 2 steps;
+    summing the slices is a second launch). Measured at one row on an H100 (`benchmarks.w4a16 --sweep`, the fused
+    projections of Llama-3-8B and -70B): each shape within 8% of the sweep's best config, once the 70B's down_proj
+    (28 steps) is split in two: 78.0 us as one slice, 69.4 as two."""
     if m <= 4:
         config = GemvConfig(block_n=16, block_k=1024, num_warps=4)
     else:
@@ -183,7 +190,8 @@ def pick_gemv_config(m: int, n: int, k: int, group_size: int, num_sms: int) -> G
     tiles = triton.cdiv(n, config.block_n)
     steps = gemv_steps(k, group_size, config)[2]
     split_k = 1
-    while tiles * split_k < num_sms and split_k * 2 <= min(MAX_SPLIT_K, steps // 2):
+    while ((tiles * split_k < num_sms or steps > MAX_SLICE_STEPS * split_k)
+           and split_k * 2 <= min(MAX_SPLIT_K, steps // 2)):
         split_k *= 2
     return GemvConfig(config.block_n, config.block_k, split_k, config.num_warps, config.num_stages)
 
