@@ -122,8 +122,7 @@ def gemv_grid(n: int, k: int, group_size: int, num_sms: int):
 
 def dot_grid(m: int, n: int, k: int, group_size: int, num_sms: int):
     """W4A16Configs worth timing at M rows: block_m the next power of two >= M (16..128: all the rows in one tile up
-    to 128), 64 to 256 weight rows per tile, K steps of 64 or 128 inside a group, the weights prefetched a step ahead
-    or not, split-K only where the output tiles give fewer than 2 programs per SM. 3 stages: on an H100, 4 were at
+    to 128), 64 to 256 weight rows per tile, K steps of 64 or 128 inside a group, split-K only where the output tiles give fewer than 2 programs per SM. 3 stages: on an H100, 4 were at
     most 2.2% faster than 3 in any pairing of the first sweep (docs/gpu.md)."""
     from tiers.quantization.triton_w4a16 import W4A16Config
 
@@ -132,11 +131,10 @@ def dot_grid(m: int, n: int, k: int, group_size: int, num_sms: int):
     for block_n in (64, 128, 256):
         for block_k in block_ks:
             num_warps = 8 if block_m * block_n >= 8192 or block_n * block_k >= 16384 else 4  # no spills on sm_90
-            for prefetch in (False, True):
-                tiles = -(-m // block_m) * -(-n // block_n)
-                for split_k in (1, 2, 4, 8, 16):
-                    if split_k == 1 or (tiles * split_k // 2 < 2 * num_sms and k // block_k // split_k >= 4):
-                        yield W4A16Config(block_m, block_n, block_k, split_k, num_warps, 3, prefetch)
+            tiles = -(-m // block_m) * -(-n // block_n)
+            for split_k in (1, 2, 4, 8, 16):
+                if split_k == 1 or (tiles * split_k // 2 < 2 * num_sms and k // block_k // split_k >= 4):
+                    yield W4A16Config(block_m, block_n, block_k, split_k, num_warps, 3)
 
 
 class ShapeBench:

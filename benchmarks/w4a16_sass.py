@@ -1,6 +1,6 @@
 """The tl.dot W4A16 kernel compiled for a GPU without one: registers, spills and the load instructions of each config.
 
-    python -m benchmarks.w4a16_sass [--arch 90] [--configs 16,64,128,4,3 64,64,64,4,3,prefetch ...]
+    python -m benchmarks.w4a16_sass [--arch 90] [--configs 16,64,128,4,3 64,64,64,4,3 ...]
 
 Compiles `tiers.quantization.triton_w4a16._w4a16_kernel` ahead of time for sm_<arch> (fp16 activations, groups of
 128) with the integer arguments specialised as the JIT specialises them at run time (strides and sizes divisible by
@@ -26,27 +26,27 @@ DIVISIBLE = ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "out_ptr", "N", "stride_xm", "s
              "stride_om")
 
 
-def parse_config(text: str) -> tuple[int, int, int, int, int, bool]:
-    """"block_m,block_n,block_k,num_warps,num_stages[,prefetch]" -> its fields."""
+def parse_config(text: str) -> tuple[int, int, int, int, int]:
+    """"block_m,block_n,block_k,num_warps,num_stages" -> its fields."""
     parts = text.split(",")
-    if len(parts) not in (5, 6) or (len(parts) == 6 and parts[5] != "prefetch"):
-        raise SystemExit(f"a config is block_m,block_n,block_k,num_warps,num_stages[,prefetch], got {text!r}")
-    bm, bn, bk, warps, stages = (int(p) for p in parts[:5])
-    return bm, bn, bk, warps, stages, len(parts) == 6
+    if len(parts) != 5 or not all(p.strip().isdigit() for p in parts):
+        raise SystemExit(f"a config is block_m,block_n,block_k,num_warps,num_stages, got {text!r}")
+    bm, bn, bk, warps, stages = (int(p) for p in parts)
+    return bm, bn, bk, warps, stages
 
 
-def compile_config(arch: int, config: tuple[int, int, int, int, int, bool]) -> bytes:
+def compile_config(arch: int, config: tuple[int, int, int, int, int]) -> bytes:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from tiers.quantization import triton_w4a16
 
-    bm, bn, bk, warps, stages, prefetch = config
+    bm, bn, bk, warps, stages = config
     kernel = triton_w4a16._w4a16_kernel
     signature = {name: "i32" for name in INT_ARGS}
     signature.update(x_ptr="*fp16", w_ptr="*u8", s_ptr="*fp32", z_ptr="*fp32", out_ptr="*fp32")
-    constants = dict(GROUP_SIZE=128, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IS_FP32=False, PREFETCH=prefetch,
+    constants = dict(GROUP_SIZE=128, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IS_FP32=False,
                      stride_xk=1)
     signature.update({name: "constexpr" for name in constants})
     order = list(kernel.arg_names)
@@ -79,8 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.w4a16_sass", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", type=int, default=90)
-    parser.add_argument("--configs", nargs="+", default=["16,64,128,4,3", "16,64,128,4,3,prefetch", "64,64,64,4,3",
-                                                         "64,64,64,4,3,prefetch"])
+    parser.add_argument("--configs", nargs="+", default=["16,64,128,4,3", "32,64,128,4,3", "64,64,64,4,3"])
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter compiles nothing")

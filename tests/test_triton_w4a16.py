@@ -5,7 +5,6 @@ GPU machine they run in a process of their own (tests/test_triton_interpreter.py
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
 import torch
@@ -55,10 +54,9 @@ GEMM_CASES = {
     "m17_one_tile_of_32": (17, 24, 256, 128, W4A16Config(32, 16, 128)),
     "m64_g128_four_m_tiles": (64, 40, 512, 128, W4A16Config(16, 32, 64, split_k=3)),
     "m64_one_tile": (64, 24, 256, 128, W4A16Config(64, 16, 64)),
-    # the next K step's weights loaded before this one's are dequantized: uneven slices, slices of one step
-    "m5_prefetch_split_uneven": (5, 40, 256, 32, W4A16Config(16, 32, 32, split_k=3, prefetch=True)),
-    "m17_prefetch_one_step_slices": (17, 24, 128, 32, W4A16Config(32, 16, 32, split_k=4, prefetch=True)),
-    "m64_prefetch": (64, 40, 512, 128, W4A16Config(64, 32, 64, prefetch=True)),
+    # uneven slices, slices of one step
+    "m5_split_uneven": (5, 40, 256, 32, W4A16Config(16, 32, 32, split_k=3)),
+    "m17_one_step_slices": (17, 24, 128, 32, W4A16Config(32, 16, 32, split_k=4)),
 }
 
 
@@ -76,30 +74,6 @@ def test_matches_dequantized_reference(case, spec, x_seed, device):
     y = w4a16_matmul(x.to(device), weight.to(device), config)
     assert y.shape == (m, n) and y.dtype == torch.float32
     assert_close(y, reference(x, weight), 1e-5)
-
-
-@device_param
-@pytest.mark.parametrize("split_k", [1, 3, 8])
-def test_prefetch_gives_the_same_bits(split_k, device, monkeypatch):
-    """Loading the next K step's weights early changes when they are read, not what is computed."""
-    kernel, launched = triton_w4a16._w4a16_kernel, []
-
-    class Recording:  # the kernel as launched: which PREFETCH each call compiled
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                launched.append(kwargs["PREFETCH"])
-                return kernel[grid](*args, **kwargs)
-            return launch
-
-    interpreting = triton_w4a16._interpreting()
-    monkeypatch.setattr(triton_w4a16, "_interpreting", lambda: interpreting)
-    monkeypatch.setattr(triton_w4a16, "_w4a16_kernel", Recording())
-    weight = random_int4(40, 256, 32, seed=split_k).to(device)
-    x = torch.randn(9, 256, generator=torch.Generator().manual_seed(split_k)).to(device)
-    config = W4A16Config(16, 16, 32, split_k=split_k)
-    plain = w4a16_matmul(x, weight, config)
-    assert torch.equal(w4a16_matmul(x, weight, replace(config, prefetch=True)), plain)
-    assert launched == [False, True]
 
 
 @device_param

@@ -14,7 +14,7 @@ CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuob
 @pytest.mark.skipif(not CUOBJDUMP.exists(), reason="this Triton ships no cuobjdump")
 def test_reports_registers_spills_and_the_mma_of_each_config():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the interpreter compiles nothing
-    configs = ["16,64,128,4,3", "16,64,128,4,3,prefetch"]
+    configs = ["16,64,128,4,3", "64,64,64,4,3"]
     done = subprocess.run([sys.executable, "-m", "benchmarks.w4a16_sass", "--configs", *configs], env=env,
                           capture_output=True, text=True, check=False, timeout=600, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -29,6 +29,7 @@ def test_reports_registers_spills_and_the_mma_of_each_config():
 def test_a_malformed_config_is_a_clear_error():
     from benchmarks.w4a16_sass import parse_config
 
-    assert parse_config("16,64,128,4,3,prefetch") == (16, 64, 128, 4, 3, True)
-    with pytest.raises(SystemExit, match="block_m,block_n,block_k,num_warps,num_stages"):
-        parse_config("16,64,128,4")
+    assert parse_config("16,64,128,4,3") == (16, 64, 128, 4, 3)
+    for text in ("16,64,128,4", "16,64,128,4,3,prefetch", "16,64,x,4,3"):
+        with pytest.raises(SystemExit, match="block_m,block_n,block_k,num_warps,num_stages"):
+            parse_config(text)

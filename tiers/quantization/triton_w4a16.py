@@ -75,10 +75,6 @@ class W4A16Config:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
-    # Load the next K step's packed weights into registers before dequantizing this one, 16 bytes a load. Without it
-    # Triton's pipeliner copies them to shared memory 4 bytes at a time and reads them back byte by byte (sm_90,
-    # Triton 3.9: benchmarks.w4a16_sass). Not yet measured on a GPU: benchmarks.w4a16 --sweep times both.
-    prefetch: bool = False
 
 
 def _interpreting() -> bool:
@@ -98,7 +94,7 @@ def _nibble_values(packed, SHIFT: tl.constexpr, scale16, zero16):
 def _w4a16_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, M, N, iters_per_split, total_iters,
                   stride_xm, stride_xk, stride_wn, stride_sn, stride_os, stride_om, stride_on,
                   GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  IS_FP32: tl.constexpr, PREFETCH: tl.constexpr):
+                  IS_FP32: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -120,16 +116,9 @@ def _w4a16_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, M, N, iters_per_split, to
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     start = pid_k * iters_per_split
     end = tl.minimum(start + iters_per_split, total_iters)
-    if PREFETCH:
-        packed_next = tl.load(w_ptrs + start * (BLOCK_K // 2))
     for it in range(start, end):
         k0 = it * BLOCK_K
-        if PREFETCH:
-            packed = packed_next.to(tl.int32)
-            # the slice's last step loads its own tile again (from L2): an index, not a mask, in the hot loop
-            packed_next = tl.load(w_ptrs + tl.minimum(it + 1, end - 1) * (BLOCK_K // 2))
-        else:
-            packed = tl.load(w_ptrs + k0 // 2).to(tl.int32)
+        packed = tl.load(w_ptrs + k0 // 2).to(tl.int32)
         xt = tl.load(xt_ptrs + k0 * stride_xk)
         group = k0 // GROUP_SIZE
         scale16 = 16.0 * tl.load(s_ptrs + group).to(tl.float32)
@@ -310,7 +299,7 @@ def _launch_dot(x2: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mi
         x2.stride(0), x2.stride(1), packed.stride(0), scales.stride(0), stride_os, target.stride(-2),
         target.stride(-1),
         GROUP_SIZE=group_size, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=block_k,
-        IS_FP32=x2.dtype == torch.float32, PREFETCH=config.prefetch, num_warps=config.num_warps,
+        IS_FP32=x2.dtype == torch.float32, num_warps=config.num_warps,
         num_stages=config.num_stages)
 
 
