@@ -147,16 +147,19 @@ static inline float tail_share(const quantized_rows *a, int64_t m, int64_t K, co
     default: F(__VA_ARGS__, ROW_TILE); break;                                                                  \
     }
 
-#if defined(AIO_AVX512)
-static inline __m512 bcast_pair(const float *s) { return _mm512_castpd_ps(_mm512_set1_pd(*(const double *)s)); }
-
-/* the rows PREFETCH_TILES tiles ahead, into L2: the hardware prefetcher alone left decode waiting on memory.
- * always_inline: as a call it made the tiles' accumulators leave registers (a third of decode speed, measured) */
+#if defined(AIO_AVX512) || defined(AIO_AVX2)
+/* rows n0 .. n0 + NT - 1 of the weight, PREFETCH_TILES full tiles ahead, into L2: the hardware prefetcher alone left
+ * decode waiting on memory (AVX-512 and AVX2 alike, measured). always_inline: as a call it made the tiles'
+ * accumulators leave registers (a third of decode speed, measured) */
 static inline __attribute__((always_inline)) void prefetch_rows(const uint8_t *w, int64_t n0, int NT,
                                                                 int64_t stride) {
-    const char *ahead = (const char *)(w + (n0 + PREFETCH_TILES * NT) * stride);
+    const char *ahead = (const char *)(w + (n0 + PREFETCH_TILES * N_TILE) * stride);
     for (int64_t off = 0; off < NT * stride; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T1);
 }
+#endif
+
+#if defined(AIO_AVX512)
+static inline __m512 bcast_pair(const float *s) { return _mm512_castpd_ps(_mm512_set1_pd(*(const double *)s)); }
 
 /* two fp16 -> [s0, s1, s0, s1, ...] */
 static inline __m512 bcast_half_pair(const uint16_t *s) {
@@ -269,6 +272,7 @@ static inline __attribute__((always_inline)) void rows_avx2(const quantized_rows
     for (int t = 0; t < NT; t++) {
         const uint8_t *row = w + (n0 + t) * stride;
         const uint16_t *scales = (const uint16_t *)(row + (W8 ? K : K / 2));
+        prefetch_rows(w, n0 + t, 1, stride);
         __m256 acc[ROW_TILE];
         for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
         for (int64_t p = 0; p < pairs; p++) {
@@ -424,6 +428,7 @@ static inline __attribute__((always_inline)) void rows_w8f_avx2(const float *xs,
     for (int t = 0; t < NT; t++) {
         const uint8_t *row = w + (n0 + t) * stride;
         const uint16_t *scales = (const uint16_t *)(row + K);
+        prefetch_rows(w, n0 + t, 1, stride);
         __m256 acc[ROW_TILE];
         for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
         for (int64_t p = 0; p < pairs; p++) {
