@@ -122,8 +122,9 @@ def gemv_grid(n: int, k: int, group_size: int, num_sms: int):
 
 def dot_grid(m: int, n: int, k: int, group_size: int, num_sms: int):
     """W4A16Configs worth timing at M rows: block_m the next power of two >= M (16..128: all the rows in one tile up
-    to 128), 64 to 256 weight rows per tile, K steps of 64 or 128 inside a group, split-K only where the output tiles give fewer than 2 programs per SM. 3 stages: on an H100, 4 were at
-    most 2.2% faster than 3 in any pairing of the first sweep (docs/gpu.md)."""
+    to 128), 64 to 256 weight rows per tile, K steps of 64 or 128 inside a group, split-K only where the output
+    tiles give fewer than 2 programs per SM. 3 stages: on an H100, 4 were at most 2.2% faster than 3 in any pairing
+    of the first sweep (docs/gpu.md)."""
     from tiers.quantization.triton_w4a16 import W4A16Config
 
     block_m = min(128, max(16, 1 << (m - 1).bit_length()))

@@ -46,8 +46,7 @@ def compile_config(arch: int, config: tuple[int, int, int, int, int]) -> bytes:
     kernel = triton_w4a16._w4a16_kernel
     signature = {name: "i32" for name in INT_ARGS}
     signature.update(x_ptr="*fp16", w_ptr="*u8", s_ptr="*fp32", z_ptr="*fp32", out_ptr="*fp32")
-    constants = dict(GROUP_SIZE=128, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IS_FP32=False,
-                     stride_xk=1)
+    constants = dict(GROUP_SIZE=128, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IS_FP32=False, stride_xk=1)
     signature.update({name: "constexpr" for name in constants})
     order = list(kernel.arg_names)
     attrs = {(order.index(name),): [["tt.divisibility", 16]] for name in DIVISIBLE}
