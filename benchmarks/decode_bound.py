@@ -4,9 +4,11 @@
 
 - the machine: CPU model and the ISA flags that decide which kernel path runs (AVX2, AVX-512 F / VNNI / BF16,
   AVX-VNNI, AMX), and the path the native library was built for;
-- the read bound: the native library's read loop over 1 GiB on the decode's thread count, best of a few (what one
-  pass over the weights can cost at most), with torch's `sum` over the same bytes beside it (it reads less on some
-  CPUs: 25-28 against 30-32 GB/s on the Xeon of docs/benchmarks.md);
+- the read bound: the fastest of three readers over 1 GiB on the decode's thread count, best of a few passes each
+  (what one pass over the weights can cost at most): the native library's read loop with its software prefetch,
+  the same loop without it, and torch's `sum`. Which is fastest depends on the CPU (the Xeon of docs/benchmarks.md:
+  the prefetching loop, torch's sum 25-28 against 30-32 GB/s; an AVX2 AMD EPYC: torch's sum, ~10% above the
+  prefetching loop, which read below the decode kernels themselves);
 - the bytes a decode step must read: every weight of the decoder layers, the final norm and the output matrix,
   one row of an untied input embedding (`step_weight_bytes` for our loaded model, `gguf_step_bytes` for the file
   as llama.cpp runs it); a system's effective bandwidth = those bytes x its tokens/s, its share = that / the bound;
@@ -71,11 +73,15 @@ def describe_cpu(info: dict[str, Any]) -> str:
             f"{info['k_blocked_from']} (3/4 of the L1 data cache)")
 
 
+READERS = {"native": "the native read loop", "native_no_prefetch": "the native read loop without prefetch",
+           "torch_sum": "torch sum"}
+
+
 def read_bandwidth(threads: int, nbytes: int = READ_BYTES, repeats: int = 5) -> dict[str, Any]:
-    """The read bound on `threads` threads: the best of `repeats` passes over nbytes (larger than the caches, so each
-    pass reads every byte from memory) of the native library's read loop (`aio_read_bytes`: two cache lines a step,
-    prefetched into L2 as the decode kernels prefetch). torch's sum over the same bytes is measured beside it: it
-    reads less on some CPUs, so it is reported, not taken as the bound, unless the native library is unavailable."""
+    """The read bound on `threads` threads: the best pass of the fastest reader, each reader taking `repeats` passes
+    over nbytes (larger than the caches, so each pass reads every byte from memory), interleaved: the native
+    library's read loop (`aio_read_bytes`: two cache lines a step, with and without a prefetch into L2 as the decode
+    kernels prefetch) and torch's sum. `source` names the reader; each one's best is reported beside it."""
     from tiers.native import native_library
 
     before = torch.get_num_threads()
@@ -85,8 +91,9 @@ def read_bandwidth(threads: int, nbytes: int = READ_BYTES, repeats: int = 5) -> 
         x = torch.ones(nbytes // 4)
         passes: dict[str, Callable[[], Any]] = {"torch_sum": x.sum}
         if native is not None:
-            address = x.data_ptr()
-            passes["native"] = lambda: native.lib.aio_read_bytes(address, nbytes // 128 * 128, threads)
+            address, n = x.data_ptr(), nbytes // 128 * 128
+            passes["native"] = lambda: native.lib.aio_read_bytes(address, n, threads, 1)
+            passes["native_no_prefetch"] = lambda: native.lib.aio_read_bytes(address, n, threads, 0)
         runs: dict[str, list[float]] = {name: [] for name in passes}
         for name, read in passes.items():
             read()
@@ -98,10 +105,10 @@ def read_bandwidth(threads: int, nbytes: int = READ_BYTES, repeats: int = 5) -> 
         del x
     finally:
         torch.set_num_threads(before)
-    source = "native" if "native" in runs else "torch_sum"
+    source = max(runs, key=lambda name: max(runs[name]))
+    best = {f"{name}_gb_s": max(runs[name]) if name in runs else None for name in READERS}
     return {"threads": threads, "bytes": nbytes, "read_gb_s": max(runs[source]), "source": source,
-            "runs": runs[source], "torch_sum_gb_s": max(runs["torch_sum"]),
-            "native_gb_s": max(runs["native"]) if "native" in runs else None}
+            "runs": runs[source], **best}
 
 
 def step_weight_bytes(model: torch.nn.Module) -> int:
@@ -232,9 +239,10 @@ def kernel_breakdown(model: torch.nn.Module, threads: int, read_gb_s: float | No
 
 
 def describe_bound(bw: dict[str, Any]) -> str:
-    how = "the native read loop" if bw["source"] == "native" else "torch sum"
-    return (f"{bw['read_gb_s']:.1f} GB/s ({how} over {bw['bytes'] / (1 << 30):.0f} GiB, best of {len(bw['runs'])}; "
-            f"torch sum {bw['torch_sum_gb_s']:.1f})")
+    others = "; ".join(f"{how} {bw[f'{name}_gb_s']:.1f}" for name, how in READERS.items()
+                       if name != bw["source"] and bw[f"{name}_gb_s"] is not None)
+    return (f"{bw['read_gb_s']:.1f} GB/s ({READERS[bw['source']]} over {bw['bytes'] / (1 << 30):.0f} GiB, best of "
+            f"{len(bw['runs'])}; {others})")
 
 
 def print_cpu_and_bound(info: dict[str, Any], bandwidth: dict[int, dict[str, Any]]) -> None:

@@ -23,7 +23,8 @@ they are, bf16 activations).
   greedy continuation of a chat prompt (a few hundred positions).
 
 - the memory bound, in the same run (benchmarks.decode_bound): the CPU model and ISA flags; the read bandwidth
-  (torch's sum over 1 GiB on each thread count, best of a few, before and after the decode runs); each system's
+  (the fastest of three readers over 1 GiB on each thread count, best of a few, before and after the decode runs:
+  decode_bound.read_bandwidth); each system's
   bytes of weights per decode step (ours: the loaded model's; llama.cpp: the file's as stored, one row of an
   untied embedding) x its tokens/s = its effective GB/s and its share of the read bandwidth; and per kernel
   (--kernels, on by default): each projection kind, block types and shape of the first system timed alone at
@@ -292,13 +293,15 @@ def main() -> None:
             worker.close()
         bandwidth.append(decode_bound.read_bandwidth(t))
         torch.set_num_threads(t)
-        read = max(b["read_gb_s"] for b in bandwidth)
-        results["bandwidth"][t] = {"read_gb_s": read, "source": bandwidth[0]["source"],
+        best = max(bandwidth, key=lambda b: b["read_gb_s"])
+        results["bandwidth"][t] = {"read_gb_s": best["read_gb_s"], "source": best["source"],
                                    "before_after": [b["read_gb_s"] for b in bandwidth],
-                                   "torch_sum_gb_s": max(b["torch_sum_gb_s"] for b in bandwidth)}
+                                   **{f"{name}_gb_s": max((b[f"{name}_gb_s"] for b in bandwidth
+                                                           if b[f"{name}_gb_s"] is not None), default=None)
+                                      for name in decode_bound.READERS}}
         results["decode"][t] = _decode_summary(runs, args.repeats)
         for name, row in results["decode"][t].items():
-            row.update(decode_bound.bound_row(step_bytes[name], row["tokens_per_s"], read))
+            row.update(decode_bound.bound_row(step_bytes[name], row["tokens_per_s"], best["read_gb_s"]))
 
     if not args.no_kernels:
         rows = tuple(int(r) for r in args.kernel_rows.split(","))
@@ -350,10 +353,13 @@ def _print_table(results: dict[str, Any], threads: list[int], names: list[str]) 
     from benchmarks import decode_bound
 
     print(f"\nCPU: {decode_bound.describe_cpu(results['cpu'])}")
-    how = {"native": "the native read loop", "torch_sum": "torch sum"}[results["bandwidth"][threads[0]]["source"]]
-    print(f"read bandwidth ({how} over 1 GiB, best of before / after the decode runs; torch sum beside it): " +
-          ", ".join(f"{t} thread(s) {results['bandwidth'][t]['read_gb_s']:.1f} GB/s (torch sum "
-                    f"{results['bandwidth'][t]['torch_sum_gb_s']:.1f})" for t in threads))
+    def readers(bw: dict[str, Any]) -> str:
+        return ", ".join(f"{how} {bw[f'{name}_gb_s']:.1f}" for name, how in decode_bound.READERS.items()
+                         if bw.get(f"{name}_gb_s") is not None)
+
+    print("read bandwidth (the fastest reader over 1 GiB, best of before / after the decode runs): " +
+          ", ".join(f"{t} thread(s) {results['bandwidth'][t]['read_gb_s']:.1f} GB/s "
+                    f"({readers(results['bandwidth'][t])})" for t in threads))
     print(f"batch-1 decode, {results['prompt_tokens']}-token prompt, {results['new_tokens']} new tokens, greedy "
           f"(median of {results['repeats']}; ratios within a repeat); GB/s = weight bytes per step x tok/s")
     print(f"{'system':10s} | MB/step" + "".join(f" | {t} thr tok/s | vs fp32 | vs llama.cpp |  GB/s | of read bw"

@@ -41,5 +41,5 @@ def declare_ops(lib: ctypes.CDLL) -> None:
     lib.aio_gemm_kq.restype = INT
     lib.aio_gemm_kq_parts.argtypes = [PTR, I64, I64, I64, INT, PTR, PTR, PTR, PTR, I64, INT]
     lib.aio_gemm_kq_parts.restype = INT
-    lib.aio_read_bytes.argtypes = [PTR, I64, INT]
+    lib.aio_read_bytes.argtypes = [PTR, I64, INT, INT]
     lib.aio_read_bytes.restype = ctypes.c_uint64
