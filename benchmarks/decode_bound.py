@@ -7,8 +7,9 @@
 - the read bound: the fastest of three readers over 1 GiB on the decode's thread count, best of a few passes each
   (what one pass over the weights can cost at most): the native library's read loop with its software prefetch,
   the same loop without it, and torch's `sum`. Which is fastest depends on the CPU (the Xeon of docs/benchmarks.md:
-  the prefetching loop, torch's sum 25-28 against 30-32 GB/s; an AVX2 AMD EPYC: torch's sum, ~10% above the
-  prefetching loop, which read below the decode kernels themselves);
+  the prefetching loop read 30-32 GB/s, torch's sum 25-28, the loop without prefetch not measured; an AVX2 AMD
+  EPYC: torch's sum and the loop without prefetch 26.5 and 26.3, the prefetching loop 22.9, below what the decode
+  kernels themselves read);
 - the bytes a decode step must read: every weight of the decoder layers, the final norm and the output matrix,
   one row of an untied input embedding (`step_weight_bytes` for our loaded model, `gguf_step_bytes` for the file
   as llama.cpp runs it); a system's effective bandwidth = those bytes x its tokens/s, its share = that / the bound;
