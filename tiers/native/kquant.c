@@ -1252,8 +1252,9 @@ static inline __attribute__((always_inline)) kracc kr256_scale(kracc acc, const 
 }
 
 /* A Q4_K_R pair for R rows, both groups at once: 2R int16 sums and 2R float accumulators. At 5 rows GCC moved 4 of
- * the 10 sums through the stack; from 5 rows kr256_pair_half takes one group at a time (throwaway ctypes A/B on the
- * AMD EPYC, Zen 3: one group at a time read 0.93-1.0x at 2-4 rows, 0.94-1.25x at 5, 1.19-1.40x at 8). */
+ * the 10 sums through the stack; from 5 rows kr256_pair_half takes one group at a time. Throwaway ctypes A/Bs on
+ * the AMD EPYC (Zen 3), one group at a time against both: 0.93-1.0x at 2-4 rows; at 5 rows 1.05-1.25x on the
+ * 1,536-wide shapes, 0.82-0.95x on the 8,960-wide down (its activations overflow the L1); 1.02-1.54x at 8. */
 #define KR256_BOTH_HALVES_MAX 4
 static inline __attribute__((always_inline)) void kr256_pair(const actk_t *a, int64_t m0, const int R, int64_t K,
         int64_t gi, const uint8_t *pg, const __m256 *scd, const __m256 *mneg, kracc *acc) {
