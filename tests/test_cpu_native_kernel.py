@@ -154,6 +154,17 @@ def test_without_a_compiler_the_build_says_so(monkeypatch, tmp_path):
         build_library(("-O2", "-shared", "-fPIC", "-DUNCACHED_VARIANT"))
 
 
+def test_the_cache_key_covers_every_file_the_compiler_reads():
+    """A build is cached by a hash of its sources: every local header a source includes is hashed too, so editing
+    one rebuilds the library instead of loading a stale one."""
+    import re
+
+    from tiers.native.build import HEADERS, SOURCES
+
+    included = {name for path in SOURCES for name in re.findall(r'#include "([^"]+)"', path.read_text())}
+    assert included and included <= {path.name for path in HEADERS}
+
+
 def test_without_the_native_library_quantized_models_run_torchs_kernels(tmp_path, llama_path):
     """AIO_CPU_KERNELS=0 (as with no compiler): a fresh process loads an INT4 model on torch's kernels, in bf16,
     with the torch attention backend, and generates."""

@@ -24,6 +24,7 @@ from tiers.native.signatures import declare_ops
 log = logging.getLogger(__name__)
 
 SOURCES = tuple(sorted(Path(__file__).parent.glob("*.c")))
+HEADERS = tuple(sorted(Path(__file__).parent.glob("*.h")))  # in the cache key: a header's change rebuilds
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11")
 
 
@@ -69,7 +70,7 @@ def build_library(flags: tuple[str, ...] = DEFAULT_FLAGS) -> NativeLibrary:
     cc = _compiler()
     if cc is None:
         raise NativeKernelError("no C compiler (cc, gcc or clang) on PATH")
-    source = b"\0".join(path.read_bytes() for path in SOURCES)
+    source = b"\0".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
     key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), str(version).encode(),
                                      _cpu_signature().encode()])).hexdigest()[:20]

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "q8.h"
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
     defined(__F16C__)
 #define AIO_ISA "avx512vnni"
@@ -76,45 +78,11 @@ typedef struct {
 
 /* one block of QK activations -> int8 codes in natural order, its scale d and d * sum(codes) */
 static inline void quantize_block(const float *xb, int8_t *qb, float *d, float *dsum) {
-#if defined(AIO_AVX512) || defined(AIO_AVX2)
-    /* the plain-C loop's bits: max_ps(a, m) is a > m ? a : m, and the products are rounded as nearbyintf does */
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4], m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; k++) {
-        v[k] = _mm256_loadu_ps(xb + 8 * k);
-        m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m);
-    }
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
-    const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-    __m256i c[4], sum = _mm256_setzero_si256();
-    for (int k = 0; k < 4; k++) {
-        const __m256 f = _mm256_round_ps(_mm256_mul_ps(v[k], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        c[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(f), lo), hi);
-        sum = _mm256_add_epi32(sum, c[k]);
-    }
-    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
-    _mm256_storeu_si256((__m256i *)qb, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
-    const int total = _mm_cvtsi128_si32(t);
-#else
-    float amax = 0.0f;
-    for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int total = 0;
-    for (int i = 0; i < QK; i++) {
-        int v = (int)nearbyintf(xb[i] * inv);
-        v = v > 127 ? 127 : (v < -127 ? -127 : v);
-        qb[i] = (int8_t)v;
-        total += v;
-    }
-#endif
+    const float amax = q8_abs_max(xb, QK);
+    int sums[QK / 16];
+    q8_round(xb, QK, amax > 0.0f ? 127.0f / amax : 0.0f, qb, sums);
     *d = amax / 127.0f;
-    *dsum = *d * (float)total;
+    *dsum = *d * (float)(sums[0] + sums[1]);
 }
 
 /* two blocks' codes (natural order, 2 * QK bytes) -> the records' interleaved order */
