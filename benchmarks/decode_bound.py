@@ -239,11 +239,25 @@ def kernel_breakdown(model: torch.nn.Module, threads: int, read_gb_s: float | No
     return out
 
 
+def merge_bandwidth(passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several read_bandwidth results of one thread count (before and after a benchmark's runs) as one: the fastest
+    one's bound and reader, each reader's best over all of them, and every result's bound in order."""
+    best = max(passes, key=lambda b: b["read_gb_s"])
+    return {"read_gb_s": best["read_gb_s"], "source": best["source"],
+            "before_after": [b["read_gb_s"] for b in passes],
+            **{f"{name}_gb_s": max((b[f"{name}_gb_s"] for b in passes if b[f"{name}_gb_s"] is not None), default=None)
+               for name in READERS}}
+
+
+def describe_readers(bw: dict[str, Any], sep: str = ", ", skip: str | None = None) -> str:
+    """Each reader's best GB/s in `bw` (a read_bandwidth or merge_bandwidth result), but `skip`'s."""
+    return sep.join(f"{how} {bw[f'{name}_gb_s']:.1f}" for name, how in READERS.items()
+                    if name != skip and bw.get(f"{name}_gb_s") is not None)
+
+
 def describe_bound(bw: dict[str, Any]) -> str:
-    others = "; ".join(f"{how} {bw[f'{name}_gb_s']:.1f}" for name, how in READERS.items()
-                       if name != bw["source"] and bw[f"{name}_gb_s"] is not None)
     return (f"{bw['read_gb_s']:.1f} GB/s ({READERS[bw['source']]} over {bw['bytes'] / (1 << 30):.0f} GiB, best of "
-            f"{len(bw['runs'])}; {others})")
+            f"{len(bw['runs'])}; {describe_readers(bw, '; ', skip=bw['source'])})")
 
 
 def print_cpu_and_bound(info: dict[str, Any], bandwidth: dict[int, dict[str, Any]]) -> None:

@@ -293,15 +293,11 @@ def main() -> None:
             worker.close()
         bandwidth.append(decode_bound.read_bandwidth(t))
         torch.set_num_threads(t)
-        best = max(bandwidth, key=lambda b: b["read_gb_s"])
-        results["bandwidth"][t] = {"read_gb_s": best["read_gb_s"], "source": best["source"],
-                                   "before_after": [b["read_gb_s"] for b in bandwidth],
-                                   **{f"{name}_gb_s": max((b[f"{name}_gb_s"] for b in bandwidth
-                                                           if b[f"{name}_gb_s"] is not None), default=None)
-                                      for name in decode_bound.READERS}}
+        results["bandwidth"][t] = decode_bound.merge_bandwidth(bandwidth)
         results["decode"][t] = _decode_summary(runs, args.repeats)
         for name, row in results["decode"][t].items():
-            row.update(decode_bound.bound_row(step_bytes[name], row["tokens_per_s"], best["read_gb_s"]))
+            row.update(decode_bound.bound_row(step_bytes[name], row["tokens_per_s"],
+                                              results["bandwidth"][t]["read_gb_s"]))
 
     if not args.no_kernels:
         rows = tuple(int(r) for r in args.kernel_rows.split(","))
@@ -353,13 +349,9 @@ def _print_table(results: dict[str, Any], threads: list[int], names: list[str]) 
     from benchmarks import decode_bound
 
     print(f"\nCPU: {decode_bound.describe_cpu(results['cpu'])}")
-    def readers(bw: dict[str, Any]) -> str:
-        return ", ".join(f"{how} {bw[f'{name}_gb_s']:.1f}" for name, how in decode_bound.READERS.items()
-                         if bw.get(f"{name}_gb_s") is not None)
-
     print("read bandwidth (the fastest reader over 1 GiB, best of before / after the decode runs): " +
           ", ".join(f"{t} thread(s) {results['bandwidth'][t]['read_gb_s']:.1f} GB/s "
-                    f"({readers(results['bandwidth'][t])})" for t in threads))
+                    f"({decode_bound.describe_readers(results['bandwidth'][t])})" for t in threads))
     print(f"batch-1 decode, {results['prompt_tokens']}-token prompt, {results['new_tokens']} new tokens, greedy "
           f"(median of {results['repeats']}; ratios within a repeat); GB/s = weight bytes per step x tok/s")
     print(f"{'system':10s} | MB/step" + "".join(f" | {t} thr tok/s | vs fp32 | vs llama.cpp |  GB/s | of read bw"

@@ -75,6 +75,20 @@ def test_cpu_and_read_bandwidth_are_reported():
     assert bw["read_gb_s"] == max(bw["runs"]) == max(readers.values()) == readers[bw["source"]]
 
 
+def test_passes_before_and_after_merge_into_the_fastest_and_each_readers_best():
+    from benchmarks import decode_bound
+
+    before = {"read_gb_s": 20.0, "source": "torch_sum", "native_gb_s": 18.0, "native_no_prefetch_gb_s": None,
+              "torch_sum_gb_s": 20.0}
+    after = {"read_gb_s": 22.0, "source": "native", "native_gb_s": 22.0, "native_no_prefetch_gb_s": None,
+             "torch_sum_gb_s": 19.0}
+    merged = decode_bound.merge_bandwidth([before, after])
+    assert merged == {"read_gb_s": 22.0, "source": "native", "before_after": [20.0, 22.0], "native_gb_s": 22.0,
+                      "native_no_prefetch_gb_s": None, "torch_sum_gb_s": 20.0}
+    assert decode_bound.describe_readers(merged) == "the native read loop 22.0, torch sum 20.0"
+    assert decode_bound.describe_readers(merged, "; ", skip="native") == "torch sum 20.0"
+
+
 def test_the_native_read_loop_reads_every_byte():
     """aio_read_bytes returns the xor of every 64-bit word it was given, whatever the thread count: it cannot skip
     the bytes whose reading it times."""

@@ -1113,13 +1113,13 @@ static inline __attribute__((always_inline)) void kr512_pair_scales(const uint8_
     *mneg = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi64(b0, b1))), nd);
 }
 
-/* groups g0 .. g1 - 1 of weight row `row` (g0 even: Q4_K_R's pairs start there) into acc[0 .. R), R activation rows
- * from m0; PF: each group prefetches the bytes ahead of it (a row read start to end) */
 /* a row's 16 lanes (the accumulator of kr_range) */
 typedef __m512 kracc;
 static inline kracc kracc_zero(void) { return _mm512_setzero_ps(); }
 static inline float kracc_sum(kracc acc) { return sum512(acc); }
 
+/* groups g0 .. g1 - 1 of weight row `row` (g0 even: Q4_K_R's pairs start there) into acc[0 .. R), R activation rows
+ * from m0; PF: each group prefetches the bytes ahead of it (a row read start to end) */
 static inline __attribute__((always_inline)) void kr_range(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *row, int64_t g0, int64_t g1, const int PF, kracc *acc) {
     const int64_t gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
