@@ -67,11 +67,12 @@ class _SharedGGUF:
 
     def __init__(self, tiers: dict[str, TierSettings]) -> None:
         self.users = Counter(key for tier in tiers.values() if (key := _gguf_key(tier)) is not None)
+        self.shared = {key for key, users in self.users.items() if users >= 2}  # users counts down as tiers are built
         self.parsed: dict[Path, GGUFCheckpoint] = {}
 
     def get(self, tier: TierSettings) -> GGUFCheckpoint | None:
         key = _gguf_key(tier)
-        if key is None or self.users[key] < 2:
+        if key not in self.shared:
             return None
         if key not in self.parsed:
             start = time.perf_counter()

@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import openai
 import pytest
@@ -97,20 +98,24 @@ def test_tiers_on_one_gguf_file_read_it_once(tmp_path, monkeypatch):
     from aio import tier_loader
     from aio.settings import TierSettings
     from tests.quant_helpers import write_gguf
+    from tiers.models import checkpoint
     from tiers.models.gguf import load_gguf
     from tiers.quantization import QuantizedLinear
 
     path = tmp_path / "tiny.gguf"
     write_gguf(path, hidden=64, heads=4, kv_heads=2, ffn=128, scale=0.3)
     reads = []
-    monkeypatch.setattr(tier_loader, "load_gguf", lambda p: reads.append(p) or load_gguf(p))
+    counted = lambda p, **kw: reads.append(Path(p).resolve()) or load_gguf(p, **kw)  # noqa: E731
+    monkeypatch.setattr(tier_loader, "load_gguf", counted)
+    monkeypatch.setattr(checkpoint, "load_gguf", counted)  # where an engine given a path reads the file
     tiers = {"small": TierSettings(path=path, quantization="int4", max_model_len=64),
+             "medium": TierSettings(path=path, quantization="int8", max_model_len=64),
              "large": TierSettings(path=path, quantization="none", dtype="float32", max_model_len=64)}
     pool = tier_loader.build_pool(tiers)
     try:
-        assert reads == [path.resolve()]
-        small, large = pool.tiers
-        assert (small.model, large.model) == ("tiny", "tiny")
+        assert reads == [path.resolve()]  # the last tier too: it read the file again when the others were built
+        small, medium, large = pool.tiers
+        assert (small.model, medium.model, large.model) == ("tiny", "tiny", "tiny")
         assert any(isinstance(m, QuantizedLinear) for m in small.engine.runner.model.modules())
         assert not any(isinstance(m, QuantizedLinear) for m in large.engine.runner.model.modules())
     finally:
@@ -119,7 +124,7 @@ def test_tiers_on_one_gguf_file_read_it_once(tmp_path, monkeypatch):
     reads.clear()
     pool = tier_loader.build_pool({"small": tiers["small"]})  # one tier: the engine reads the file itself
     pool.tiers[0].engine.close()
-    assert reads == []
+    assert reads == [path.resolve()]
 
 
 # --- the real model behind a live `aio serve` --------------------------------------------------------------------
