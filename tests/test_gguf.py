@@ -208,10 +208,45 @@ def test_smollm2_tokenizer_matches_transformers(smollm2):
 
 
 @pytest.fixture(scope="module")
-def smollm2_tensors():
+def smollm2_reading():
     from gguf import GGUFReader
 
-    return {t.name: t for t in GGUFReader(SMOLLM2).tensors}
+    return GGUFReader(SMOLLM2)
+
+
+@pytest.fixture(scope="module")
+def smollm2_tensors(smollm2_reading):
+    return {t.name: t for t in smollm2_reading.tensors}
+
+
+def assert_same_reading(ours, ref) -> None:
+    assert list(ours.fields) == list(ref.fields)
+    for key, f in ref.fields.items():
+        g = ours.fields[key]
+        assert (g.offset, g.data, g.types, len(g.parts)) == (f.offset, f.data, f.types, len(f.parts)), key
+        for a, b in zip(g.parts, f.parts):
+            assert a.dtype == b.dtype and np.array_equal(a, b), key
+    assert [(t.name, t.tensor_type, t.data_offset, t.data.dtype, t.data.shape) for t in ours.tensors] == \
+        [(t.name, t.tensor_type, t.data_offset, t.data.dtype, t.data.shape) for t in ref.tensors]
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(ours.tensors, ref.tensors))
+
+
+def test_the_fast_reader_reads_what_ggufs_reader_reads(tmp_path):
+    from gguf import GGUFReader
+
+    from tiers.models.gguf.file import reader_class
+
+    for proj_type in ("Q4_1", "F32"):
+        path = tmp_path / f"{proj_type}.gguf"
+        write_gguf(path, proj_type=proj_type)
+        assert_same_reading(reader_class()(path), GGUFReader(path))
+
+
+@needs_smollm2
+def test_the_fast_reader_reads_smollm2_as_ggufs_reader_does(smollm2_reading):
+    from tiers.models.gguf.file import reader_class
+
+    assert_same_reading(reader_class()(SMOLLM2), smollm2_reading)
 
 
 @needs_smollm2

@@ -1,6 +1,7 @@
 """Opening a GGUF file and reading its key-value metadata; GGUFError for anything unreadable."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +18,34 @@ class GGUFError(UnsupportedModelError):
 
 
 
-def open_gguf(path: str | Path):
-    """gguf.GGUFReader over the file, after checking that every tensor's data lies inside it."""
+@functools.cache
+def reader_class() -> type:
+    """gguf.GGUFReader, reading its fields from a plain ndarray view of the file's mapping: numpy's memmap subclass
+    runs its __array_finalize__ on each of the ~10^5 slices that a tokenizer's token and merge arrays take, which made
+    reading SmolLM2's header take 10 s. The same fields and tensors, as ndarrays over the same mapping."""
     from gguf import GGUFReader
 
+    class Reader(GGUFReader):
+        def _get(self, offset: int, dtype, count: int = 1, override_order=None) -> np.ndarray:
+            plain = self.__dict__.get("_plain")
+            if plain is None or plain.base is not self.data:
+                plain = self._plain = self.data.view(np.ndarray)
+            dtype = np.dtype(dtype)
+            count = int(count)
+            arr = plain[offset:offset + dtype.itemsize * count].view(dtype)[:count]
+            ordered = arr.dtype.newbyteorder(self.byte_order if override_order is None else override_order)
+            return arr if ordered == arr.dtype else arr.view(ordered)
+
+    return Reader
+
+
+def open_gguf(path: str | Path):
+    """gguf.GGUFReader over the file, after checking that every tensor's data lies inside it."""
     path = Path(path)
     if not path.is_file():
         raise GGUFError(f"no GGUF file at {path}")
     try:
-        reader = GGUFReader(path, "r")
+        reader = reader_class()(path, "r")
     except Exception as e:  # the reader raises ValueError, IndexError, struct errors... on a bad header
         raise GGUFError(f"{path} is not a readable GGUF file (truncated or corrupt?): {type(e).__name__}: {e}") from e
     size = path.stat().st_size
