@@ -138,7 +138,7 @@ def test_serve_measures_its_tiers_in_the_background_and_then_routes_to_the_targe
 
     database = f"sqlite:///{tmp_path / 'aio.db'}"
     env = dict(AIO_DEMO_MODEL="random", AIO_PROBE_ON_START="true", AIO_PROBE_MAX_TASKS="30",
-               AIO_PROBE_CONCURRENCY="2")
+               AIO_PROBE_CONCURRENCY="16")
     server = start_server(None, tmp_path, database, **env)
     try:
         first = httpx.get(server.base_url + "/ready", timeout=30).json()["checks"]["routing"]
@@ -178,7 +178,7 @@ def test_a_shipped_measurement_is_fitted_at_start_so_the_first_request_routes_by
     first.mkdir()
     fresh.mkdir()
     database = f"sqlite:///{first / 'aio.db'}"
-    done = subprocess.run(aio_command("calibrate", "--max-tasks", "30", "--json"), capture_output=True, text=True,
+    done = subprocess.run(aio_command("calibrate", "--max-tasks", "30", "--concurrency", "16", "--json"), capture_output=True, text=True,
                           env=server_env(first, database, "", AIO_DEMO_MODEL="random"), timeout=600)
     assert done.returncode == 0, done.stderr
     tiers = json.loads(done.stdout[done.stdout.index("{"):])["tiers"]
