@@ -76,6 +76,22 @@ def test_silu_mul_splits_rows_across_threads_with_the_same_bits():
         torch.testing.assert_close(two, F.silu(gate) * up, rtol=1e-6, atol=1e-6)
 
 
+def test_silu_mul_gives_a_value_the_same_bits_in_a_lane_and_in_the_remainder():
+    """16 lanes at a time, the rest one by one: e^x and the division are the same operations, so where an element
+    falls does not change its bits (the same value at positions 0-15 and 16-22 of a row of 23), over the clamps
+    of e^x too."""
+    native = native_library()
+    values = torch.tensor([0.0, -0.0, 1e-30, -3.5, 2.25, 17.0, -17.0, 88.0, -88.0, 90.0, -90.0, 1e4, -1e4, 0.7,
+                           -1.3, 40.0])
+    for seed in range(4):
+        gate = values[torch.randperm(16, generator=torch.Generator().manual_seed(seed))]
+        up = torch.randn(16, generator=torch.Generator().manual_seed(seed))
+        gate_up = torch.cat([gate, gate[:7], up, up[:7]]).reshape(1, 46)
+        out = silu_mul(native, gate_up)[0]
+        assert torch.equal(out[:7], out[16:23])
+        torch.testing.assert_close(out, F.silu(gate_up[0, :23]) * gate_up[0, 23:], rtol=1e-6, atol=1e-6)
+
+
 def test_rotary_is_the_python_rotary_bit_for_bit():
     torch.manual_seed(1)
     t, heads, d = 6, 5, 64

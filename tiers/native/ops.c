@@ -32,16 +32,17 @@ void aio_rmsnorm(const float *x, int64_t ldx, const float *w, float *out, int64_
     }
 }
 
-/* e^x in plain operations the compiler vectorises (libm's expf is a scalar call per element, the bulk of SiLU's
- * and a short context's softmax time): x = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite, ln2 in two parts), e^r by
- * its Taylor series to r^7 (truncation < 3e-9 relative), times 2^n through the exponent bits (floorf does not
- * vectorise under -std=c11: n is rounded by adding and taking away 1.5 * 2^23); n kept in
- * [-126, 127]: below -87.3 the result stays 1.2e-38 instead of 0, above 88.7 it stays 3.3e38 instead of inf (a
- * softmax's and SiLU's results alike). Within 1 ulp of e^x (1.03e-7 relative, measured over the range), and the
- * same bits in a vector lane as in the scalar remainder (no contraction under -std=c11), so a token's result does
- * not depend on where its element falls. */
+/* e^x in plain float operations (libm's expf is a scalar call per element, the bulk of SiLU's and a short
+ * context's softmax time; exp_v8 below does the same operations on 8 lanes): x = n ln2 + r with |r| <= ln2 / 2
+ * (Cody-Waite, ln2 in two parts), e^r by its Taylor series to r^7 (truncation < 3e-9 relative), times 2^n through
+ * the exponent bits (floorf does not vectorise under -std=c11: n is rounded by adding and taking away
+ * 1.5 * 2^23); n kept in [-126, 127]: below -87.3 the result stays 1.2e-38 instead of 0, above 88.7 it stays
+ * 3.3e38 instead of inf (a softmax's and SiLU's results alike). Within 1 ulp of e^x (1.03e-7 relative, measured
+ * over the range), and the same bits in exp_v8's lanes as here (no contraction under -std=c11), so a token's
+ * result does not depend on where its element falls. */
 static inline float exp_vec(float x) {
-    x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;
+    x = x < -87.3f ? -87.3f : x;
+    x = x > 88.7f ? 88.7f : x;
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* to nearest: 1.5 * 2^23's ulp is 1 */
     n = n > 127.0f ? 127.0f : n;
     const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
@@ -49,44 +50,6 @@ static inline float exp_vec(float x) {
         1.0f / 720 + r * (1.0f / 5040)))))));
     const union { int32_t bits; float value; } scale = {.bits = ((int32_t)n + 127) << 23};
     return p * scale.value;
-}
-
-/* out[m, i] = silu(gate_up[m, i]) * gate_up[m, I + i]; split in runs of SILU_RUN across the threads, a decode
- * step's single row too */
-#define SILU_RUN 1024
-void aio_silu_mul(const float *gate_up, float *out, int64_t M, int64_t I, int nthreads) {
-    const int64_t runs = (I + SILU_RUN - 1) / SILU_RUN;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * I >= 4096)
-    for (int64_t t = 0; t < M * runs; t++) {
-        const int64_t m = t / runs, i0 = (t % runs) * SILU_RUN, i1 = i0 + SILU_RUN < I ? i0 + SILU_RUN : I;
-        const float *g = gate_up + m * 2 * I, *u = g + I;
-        float *o = out + m * I;
-        for (int64_t i = i0; i < i1; i++) o[i] = g[i] / (1.0f + exp_vec(-g[i])) * u[i];
-    }
-}
-
-#define LANES 16
-
-/* per row of logits [M, V] (rows contiguous): the first index of the largest value (torch.argmax's choice) and its
- * softmax probability 1 / sum(exp(x - max)); -inf entries add (nearly) nothing. One call without temporaries: a
- * draft token and its confidence, where torch's ops took ~0.9 ms over 151,936 logits right after the layers. */
-void aio_argmax_prob(const float *logits, int64_t M, int64_t V, int64_t *token, float *prob) {
-    for (int64_t m = 0; m < M; m++) {
-        const float *x = logits + m * V;
-        float top = x[0];
-        for (int64_t i = 1; i < V; i++) top = x[i] > top ? x[i] : top;
-        int64_t best = 0;
-        while (best < V - 1 && !(x[best] == top)) best++;
-        float part[LANES] = {0};
-        int64_t i = 0;
-        for (; i + LANES <= V; i += LANES)
-            for (int j = 0; j < LANES; j++) part[j] += exp_vec(x[i + j] - top);
-        float sum = 0.0f;
-        for (int j = 0; j < LANES; j++) sum += part[j];
-        for (; i < V; i++) sum += exp_vec(x[i] - top);
-        token[m] = best;
-        prob[m] = 1.0f / sum;
-    }
 }
 
 /* a * b + c, fused where the CPU fuses it (one rounding), as vf16_madd does in each lane */
@@ -114,6 +77,86 @@ static inline vf16 vf16_load(const float *p) {
     vf16 v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+typedef int32_t vi8s __attribute__((vector_size(32)));
+static inline vf8 vf8_splat(float x) { return (vf8){x, x, x, x, x, x, x, x}; }
+/* where[lane] ? a : b, as bits */
+#define VF8_SELECT(where, a, b) ((vf8)(((vi8s)(a) & (where)) | ((vi8s)(b) & ~(where))))
+
+/* exp_vec in each of 8 lanes: the same operations in the same order (no contraction under -std=c11), so the same
+ * bits. GCC leaves exp_vec's loops scalar: under its default -ftrapping-math it will not if-convert the clamps
+ * once it has moved arithmetic into their branches; the selects here are bit operations. 8 lanes, not 16: GCC
+ * compared a 16-float vector lane by lane under AVX2. */
+static inline void exp_v8(vf8 *e) { /* in place: GCC notes an ABI change for a vector passed by value */
+    vf8 x = *e;
+    const vf8 lo = vf8_splat(-87.3f), hi = vf8_splat(88.7f), top = vf8_splat(127.0f);
+    const vf8 round = vf8_splat(12582912.0f);
+    x = VF8_SELECT(x < lo, lo, x);
+    x = VF8_SELECT(x > hi, hi, x);
+    vf8 n = (x * 1.44269504088896341f + round) - round;
+    n = VF8_SELECT(n > top, top, n);
+    const vf8 r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+    const vf8 p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (
+        1.0f / 720 + r * (1.0f / 5040)))))));
+    const vi8s bits = (__builtin_convertvector(n, vi8s) + 127) << 23;
+    *e = p * (vf8)bits;
+}
+
+static inline vf8 vf8_load(const float *p) {
+    vf8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* out[m, i] = silu(gate_up[m, i]) * gate_up[m, I + i]; split in runs of SILU_RUN across the threads, a decode
+ * step's single row too; 8 lanes at a time, the rest one by one (the same bits) */
+#define SILU_RUN 1024
+void aio_silu_mul(const float *gate_up, float *out, int64_t M, int64_t I, int nthreads) {
+    const int64_t runs = (I + SILU_RUN - 1) / SILU_RUN;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (M * I >= 4096)
+    for (int64_t t = 0; t < M * runs; t++) {
+        const int64_t m = t / runs, i0 = (t % runs) * SILU_RUN, i1 = i0 + SILU_RUN < I ? i0 + SILU_RUN : I;
+        const float *g = gate_up + m * 2 * I, *u = g + I;
+        float *o = out + m * I;
+        int64_t i = i0;
+        for (; i + 8 <= i1; i += 8) {
+            const vf8 gv = vf8_load(g + i);
+            vf8 e = -gv;
+            exp_v8(&e);
+            e = gv / (1.0f + e) * vf8_load(u + i);
+            memcpy(o + i, &e, sizeof e);
+        }
+        for (; i < i1; i++) o[i] = g[i] / (1.0f + exp_vec(-g[i])) * u[i];
+    }
+}
+
+#define LANES 16
+
+/* per row of logits [M, V] (rows contiguous): the first index of the largest value (torch.argmax's choice) and its
+ * softmax probability 1 / sum(exp(x - max)); -inf entries add (nearly) nothing. One call without temporaries: a
+ * draft token and its confidence, where torch's ops took ~0.9 ms over 151,936 logits right after the layers. */
+void aio_argmax_prob(const float *logits, int64_t M, int64_t V, int64_t *token, float *prob) {
+    for (int64_t m = 0; m < M; m++) {
+        const float *x = logits + m * V;
+        float top = x[0];
+        for (int64_t i = 1; i < V; i++) top = x[i] > top ? x[i] : top;
+        int64_t best = 0;
+        while (best < V - 1 && !(x[best] == top)) best++;
+        vf8 part[2] = {vf8_splat(0.0f), vf8_splat(0.0f)};
+        int64_t i = 0;
+        for (; i + LANES <= V; i += LANES)
+            for (int h = 0; h < 2; h++) {
+                vf8 e = vf8_load(x + i + 8 * h) - top;
+                exp_v8(&e);
+                part[h] += e;
+            }
+        float sum = 0.0f;
+        for (int j = 0; j < LANES; j++) sum += part[j / 8][j % 8];
+        for (; i < V; i++) sum += exp_vec(x[i] - top);
+        token[m] = best;
+        prob[m] = 1.0f / sum;
+    }
 }
 
 /* c + a * b in each lane, fused where the CPU fuses it (one rounding) */
@@ -241,13 +284,17 @@ static float tile_softmax(float *s, int64_t n, float *top, float *total) {
     for (int i = 1; i < 16; i++) m = m16[i] > m ? m16[i] : m;
     const float rescale = m == *top ? 1.0f : exp_vec(*top - m);
     *top = m;
-    float part[16] = {0};
+    vf8 lanes[2] = {vf8_splat(0.0f), vf8_splat(0.0f)};
     int64_t j = 0;
     for (; j + 16 <= n; j += 16)
-        for (int i = 0; i < 16; i++) {
-            s[j + i] = exp_vec(s[j + i] - m);
-            part[i] += s[j + i];
+        for (int h = 0; h < 2; h++) {
+            vf8 e = vf8_load(s + j + 8 * h) - m;
+            exp_v8(&e);
+            memcpy(s + j + 8 * h, &e, sizeof e);
+            lanes[h] += e;
         }
+    float part[16];
+    memcpy(part, lanes, sizeof part);
     for (; j < n; j++) {
         s[j] = exp_vec(s[j] - m);
         part[j % 16] += s[j];
