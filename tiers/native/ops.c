@@ -85,9 +85,9 @@ static inline vf8 vf8_splat(float x) { return (vf8){x, x, x, x, x, x, x, x}; }
 #define VF8_SELECT(where, a, b) ((vf8)(((vi8s)(a) & (where)) | ((vi8s)(b) & ~(where))))
 
 /* exp_vec in each of 8 lanes: the same operations in the same order (no contraction under -std=c11), so the same
- * bits. GCC leaves exp_vec's loops scalar: under its default -ftrapping-math it will not if-convert the clamps
- * once it has moved arithmetic into their branches; the selects here are bit operations. 8 lanes, not 16: GCC
- * compared a 16-float vector lane by lane under AVX2. */
+ * bits. GCC vectorised exp_vec's loops under AVX-512 only: under AVX2, with its default -ftrapping-math, it does
+ * not if-convert the clamps once it has moved arithmetic into their branches; the selects here are bit operations.
+ * 8 lanes, not 16: GCC compared a 16-float vector lane by lane under AVX2. */
 static inline void exp_v8(vf8 *e) { /* in place: GCC notes an ABI change for a vector passed by value */
     vf8 x = *e;
     const vf8 lo = vf8_splat(-87.3f), hi = vf8_splat(88.7f), top = vf8_splat(127.0f);
