@@ -28,7 +28,7 @@ def reader_class() -> type:
     class Reader(GGUFReader):
         def _get(self, offset: int, dtype, count: int = 1, override_order=None) -> np.ndarray:
             plain = self.__dict__.get("_plain")
-            if plain is None or plain.base is not self.data:
+            if plain is None:  # the first call, in GGUFReader.__init__ just after it maps the file into self.data
                 plain = self._plain = self.data.view(np.ndarray)
             dtype = np.dtype(dtype)
             count = int(count)
