@@ -708,6 +708,20 @@ static inline float facc_sum(facc v) {
     return _mm_cvtss_f32(h);
 }
 
+/* facc_sum of v[0 .. 7] in lanes 0 .. 7, each added in facc_sum's order (lane k of x[t]: v[t]'s a_k + a_{k+4},
+ * v[t + 4]'s in lanes 4-7; y: (a0 + a4) + (a2 + a6) and (a1 + a5) + (a3 + a7) of two rows a half; hadd: their
+ * sums). One reduction of 8 rows: 21 instructions for the 56 of 8 facc_sums, and no chain a row long. */
+static inline __m256 facc_sum8(const __m256 *v) {
+    __m256 x[4];
+    for (int t = 0; t < 4; t++)
+        x[t] = _mm256_add_ps(_mm256_permute2f128_ps(v[t], v[t + 4], 0x20), _mm256_permute2f128_ps(v[t], v[t + 4], 0x31));
+    const __m256 y01 = _mm256_add_ps(_mm256_shuffle_ps(x[0], x[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm256_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 y23 = _mm256_add_ps(_mm256_shuffle_ps(x[2], x[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm256_shuffle_ps(x[2], x[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm256_hadd_ps(y01, y23);
+}
+
 /* Q4_K / Q5_K: the 8 6-bit scales (bytes 0-7) and mins (8-15) of a group, unpacked in registers (ggml's utmp
  * trick on four 32-bit lanes; going through memory, the 64-bit loads of 32-bit stores stall store forwarding).
  * u0, u1, u2 = the 12 bytes: scales = [u0 & m1, (u2 & m2) | ((u0 >> 6) & m3) << 4], mins = [u1 & m1,
@@ -1049,10 +1063,10 @@ int64_t aio_kq_blocked_from(void) { return kr_blocked_from; }
 
 #if defined(KQ_VNNI)
 /* lanes k + (k + 8), then facc_sum: sum16's order */
-static inline float sum512(__m512 acc) {
-    return facc_sum(_mm256_add_ps(_mm512_castps512_ps256(acc),
-                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1))));
+static inline __m256 fold512(__m512 acc) {
+    return _mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
 }
+static inline float sum512(__m512 acc) { return facc_sum(fold512(acc)); }
 
 /* 32 bytes broadcast to both halves: the low nibbles in bytes 0-31, the high ones in 32-63 */
 static inline __m512i nibbles_split(__m512i both) {
@@ -1116,7 +1130,7 @@ static inline __attribute__((always_inline)) void kr512_pair_scales(const uint8_
 /* a row's 16 lanes (the accumulator of kr_range) */
 typedef __m512 kracc;
 static inline kracc kracc_zero(void) { return _mm512_setzero_ps(); }
-static inline float kracc_sum(kracc acc) { return sum512(acc); }
+static inline __m256 kracc_fold(kracc acc) { return fold512(acc); }
 
 /* groups g0 .. g1 - 1 of weight row `row` (g0 even: Q4_K_R's pairs start there) into acc[0 .. R), R activation rows
  * from m0; PF: each group prefetches the bytes ahead of it (a row read start to end) */
@@ -1193,7 +1207,7 @@ typedef struct {
     __m256 h[2];
 } kracc;
 static inline kracc kracc_zero(void) { return (kracc){{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
-static inline float kracc_sum(kracc acc) { return facc_sum(_mm256_add_ps(acc.h[0], acc.h[1])); }
+static inline __m256 kracc_fold(kracc acc) { return _mm256_add_ps(acc.h[0], acc.h[1]); }
 
 /* The empty asm pins a row's int16 sum in a register after each product: without it GCC computed every row's
  * products first and moved them through the stack (at 5 rows, 4 of the 10 sums of a pair lived there). */
@@ -1465,12 +1479,26 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
 #endif
 
 #if defined(KQ_SIMD)
+/* out[r * ldo + t] = facc_sum(folded[r][t]) + 0 for R activation rows of NT weight rows, folded[r][t] a row's
+ * accumulator folded to 8 lanes (kracc_fold): 8 weight rows at once. At K = 1,536 (6 groups a row) the one-row sums
+ * were 17% of a decode step's kernel time with its weights in cache (a throwaway variant without them) */
+static inline __attribute__((always_inline)) void folded_store(const int R, int64_t NT,
+        const __m256 (*folded)[KQ_CHUNK], float *out, int64_t ldo) {
+    for (int r = 0; r < R; r++) {
+        int64_t t = 0;
+        for (; t + 8 <= NT; t += 8)
+            _mm256_storeu_ps(out + r * ldo + t, _mm256_add_ps(facc_sum8(&folded[r][t]), _mm256_setzero_ps()));
+        for (; t < NT; t++) out[r * ldo + t] = facc_sum(folded[r][t]) + 0.0f;
+    }
+}
+
+/* weight row n for R activation rows, its accumulators folded into folded[r][t] */
 static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const actk_t *a, int64_t m0, const int R,
-        int64_t K, const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+        int64_t K, const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
     kracc acc[KR_ROWS];
     for (int r = 0; r < R; r++) acc[r] = kracc_zero();
     kr_range(TYPE, a, m0, R, K, w + n * row_bytes(TYPE, K), 0, K / QK_K, 1, acc);
-    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = kracc_sum(acc[r]) + 0.0f;
+    for (int r = 0; r < R; r++) folded[r][t] = kracc_fold(acc[r]);
 }
 
 /* Weight rows n0 .. n0 + NT - 1 for R activation rows, K in blocks of KR_BLOCK groups: each block's activations are
@@ -1498,8 +1526,10 @@ static inline __attribute__((always_inline)) void kr_tile_blocked(const int TYPE
             kr_range(TYPE, a, m0, R, K, w + (n0 + t) * rb, g0, g1, 0, acc[t]);
         }
     }
+    __m256 folded[KR_ROWS][KQ_CHUNK];
     for (int64_t t = 0; t < NT; t++)
-        for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n0 + t] = kracc_sum(acc[t][r]) + 0.0f;
+        for (int r = 0; r < R; r++) folded[r][t] = kracc_fold(acc[t][r]);
+    folded_store(R, NT, folded, out + m0 * ldo + n0, ldo);
 }
 #endif
 
@@ -1634,16 +1664,22 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
         return;
     }
 #endif
+#if defined(KQ_SIMD)
+    if (TYPE >= T_REPACKED) {
+        __m256 folded[KR_ROWS][KQ_CHUNK];
+        for (int64_t t = 0; t < NT; t++) kr_rows(TYPE, a, m0, R, K, w, n0 + t, folded, t);
+        folded_store(R, NT, folded, out + m0 * ldo + n0, ldo);
+        return;
+    }
+    for (int64_t t = 0; t < NT; t++) kk_rows_v(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
+#else
     for (int64_t t = 0; t < NT; t++) {
         if (TYPE >= T_REPACKED)
             kr_rows(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
         else
-#if defined(KQ_SIMD)
-            kk_rows_v(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
-#else
             kk_rows_c(TYPE, a, m0, R, K, w, n0 + t, out, ldo);
-#endif
     }
+#endif
 }
 
 #define KR5_R(MAX)                                                                                             \
