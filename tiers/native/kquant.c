@@ -1346,6 +1346,33 @@ static inline __attribute__((always_inline)) void kr256_q6_half(const int H, con
     }
 }
 
+/* a Q4_K_R pair's float scales per group h: scd[h] = d_h * sc (the second's d / 16: KR_HI16), mneg[h] =
+ * -(dmin_h * m); both groups' 6-bit scales unpacked at once (k4_scale_bytes in 256 bits), the four fp16 in one
+ * conversion. Every product is exact, so the bits are those of one group and one scalar at a time. */
+static inline __attribute__((always_inline)) void kr256_pair_scales(const uint8_t *pg, __m256 *scd, __m256 *mneg) {
+    const __m256i v = _mm256_loadu2_m128i((const __m128i *)(pg + 20), (const __m128i *)(pg + 4));
+    const __m256i p = _mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); /* per group: u0 u2 u1 u2 */
+    const __m256i q = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); /* u0 u0 u1 u1 */
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(p, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+        _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(q, 6),
+        _mm256_setr_epi32(0, 0x03030303, 0, 0x03030303, 0, 0x03030303, 0, 0x03030303));
+    const __m256i bytes = _mm256_or_si256(lo, _mm256_slli_epi32(top, 4)); /* group h's 16 bytes in half h */
+    uint32_t w0, w1;
+    memcpy(&w0, pg, 4);
+    memcpy(&w1, pg + 16, 4);
+    const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)w1 << 32 | w0))),
+                                 _mm_setr_ps(1.0f, -1.0f, 0.0625f, -1.0f)); /* d0, -dmin0, d1 / 16, -dmin1 */
+    const __m256 d = _mm256_castps128_ps256(dd);
+    for (int h = 0; h < 2; h++) {
+        const __m128i b = h ? _mm256_extracti128_si256(bytes, 1) : _mm256_castsi256_si128(bytes);
+        scd[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)),
+                               _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(2 * h)));
+        mneg[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))),
+                                _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(2 * h + 1)));
+    }
+}
+
 static inline __attribute__((always_inline)) void kr_range(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *row, int64_t g0, int64_t g1, const int PF, kracc *acc) {
     const int64_t gb = group_bytes(TYPE);
@@ -1355,16 +1382,8 @@ static inline __attribute__((always_inline)) void kr_range(const int TYPE, const
         for (; gi + 1 < g1; gi += 2) {
             const uint8_t *pg = row + gi * gb;
             if (PF) group_prefetch(pg, 2 * (int)gb);
-            const __m128i b0 = k4_scale_bytes(pg), b1 = k4_scale_bytes(pg + 16);
-            const __m128i sc = _mm_unpacklo_epi64(b0, b1), mn = _mm_unpackhi_epi64(b0, b1);
             __m256 scd[2], mneg[2];
-            for (int h = 0; h < 2; h++) {
-                const float dl = h ? fp16(pg + 16) * 0.0625f : fp16(pg);
-                scd[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8 * h))),
-                                       _mm256_set1_ps(dl));
-                mneg[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mn, 8 * h))),
-                                        _mm256_set1_ps(-fp16(pg + 16 * h + 2)));
-            }
+            kr256_pair_scales(pg, scd, mneg);
             if (R <= KR256_BOTH_HALVES_MAX) {
                 kr256_pair(a, m0, R, K, gi, pg, scd, mneg, acc);
             } else {
