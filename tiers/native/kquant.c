@@ -1499,8 +1499,8 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
 
 #if defined(KQ_SIMD)
 /* out[r * ldo + t] = facc_sum(folded[r][t]) + 0 for R activation rows of NT weight rows, folded[r][t] a row's
- * accumulator folded to 8 lanes (kracc_fold): 8 weight rows at once. At K = 1,536 (6 groups a row) the one-row sums
- * were 17% of a decode step's kernel time with its weights in cache (a throwaway variant without them) */
+ * accumulator folded to 8 lanes (kracc_fold): 8 weight rows at once. At K = 1,536 (6 groups a row) one sum a row was
+ * 17% of a Q4_K_R call's time with its weights in cache (one thread; a throwaway variant without the sums) */
 static inline __attribute__((always_inline)) void folded_store(const int R, int64_t NT,
         const __m256 (*folded)[KQ_CHUNK], float *out, int64_t ldo) {
     for (int r = 0; r < R; r++) {
