@@ -17,7 +17,10 @@
   shape, timed alone on its real weights at batch 1 (and at more rows with --rows: a verification step's cost),
   each call on weights not in any cache (the layers' own weights, cycled, and copies of them up to --kernel-bytes
   in all, so that every call streams its bytes from memory as a decode step does) with its GB/s and share of the
-  bound, so the slow kernel is named, not guessed.
+  bound, so the slow kernel is named, not guessed; beside it (`cache`) the same kernel's GB/s on 4 MiB of its rows
+  that stay in cache, called over and over: a streamed GB/s near it says the kernel's arithmetic, not memory,
+  bounds that row count (on the AVX2 EPYC of docs/benchmarks.md: five rows; one row reads 1.2-1.9x slower
+  streamed than in cache).
 `benchmarks.quantization` calls these beside its decode runs. Prints a table and one JSON line.
 """
 from __future__ import annotations
@@ -41,6 +44,7 @@ ISA_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl
              "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16")
 READ_BYTES = 1 << 30
 KERNEL_BYTES = 1 << 30  # at least the weights each kernel's timing cycles through (caches are up to ~0.5 GB)
+CACHED_BYTES = 4 << 20  # a slice that stays in the last-level cache, large enough that a call's fixed costs are small
 
 
 def cpu_info() -> dict[str, Any]:
@@ -180,6 +184,24 @@ def _matmul(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda x: clone.impl.matmul(clone, x)
 
 
+def _cached(module: torch.nn.Module, max_bytes: int = CACHED_BYTES) -> tuple[Callable[[torch.Tensor], torch.Tensor],
+                                                                               int] | None:
+    """The batch-1 kernel call on the first rows of a GGUF-block projection (every part cut in proportion to
+    max_bytes in whole chunks of 16 rows, at least one chunk or the whole part) and those bytes: called over and
+    over, its weights stay in cache, so its time is what the kernel computes, memory out of the way. None for the
+    other kernels."""
+    if module.kernel != "cpu_kq":
+        return None
+    from tiers.quantization import kquant
+    from tiers.quantization.kquant import KQuantWeight
+
+    parts, total = module.kq.parts, module.kq.nbytes
+    keep = [max(16, rows.shape[0] * max_bytes // total // 16 * 16) for _, rows in parts]
+    weight = KQuantWeight([(kind, rows[:n].clone()) for (kind, rows), n in zip(parts, keep)], module.kq.in_features)
+    native = module.native
+    return (lambda x: kquant.gemm(native, x, weight)), weight.nbytes
+
+
 def _resident(module: torch.nn.Module) -> int:
     return sum(b.numel() * b.element_size() for b in module.buffers()) + sum(
         p.numel() * p.element_size() for n, p in module.named_parameters() if n != "bias")
@@ -203,7 +225,9 @@ def kernel_breakdown(model: torch.nn.Module, threads: int, read_gb_s: float | No
     """Per projection group: its kernel timed alone at each row count of `rows`, on its own copies of the group's
     weights (cycled through at least kernel_bytes, so no call finds its weights in a cache). bytes: one call's
     weight bytes (the layer's buffers: blocks, scales); gb_s: bytes / seconds per call; ms_per_token: the
-    group's calls in one decode step (one per layer) at that time; share: gb_s / read_gb_s."""
+    group's calls in one decode step (one per layer) at that time; share: gb_s / read_gb_s. GGUF-block kernels
+    also: cached_gb_s, the same kernel's weight bytes per second on a slice of its rows that stays in cache (what
+    it computes with memory out of the way: gb_s near it means the kernel, not memory, bounds that row count)."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     out = []
@@ -212,6 +236,7 @@ def kernel_breakdown(model: torch.nn.Module, threads: int, read_gb_s: float | No
             per_call = _resident(members[0][1])
             copies = max(1, math.ceil(kernel_bytes / (per_call * len(members))))
             calls = [_matmul(module) for _ in range(copies) for _, module in members]
+            cached = _cached(members[0][1])
             row = {"kind": kind, "types": types, "shape": [n, k], "kernel": kernel, "layers": len(members),
                    "bytes": per_call, "copies": len(calls)}
             for m in rows:
@@ -232,11 +257,29 @@ def kernel_breakdown(model: torch.nn.Module, threads: int, read_gb_s: float | No
                     row[f"share{key}"] = per_call / best / 1e9 / read_gb_s
                 if m != 1 and "us" in row:
                     row[f"cost_m{m}_vs_m1"] = best * 1e6 / row["us"]
+                if cached is not None:
+                    row[f"cached_gb_s{key}"] = cached[1] / _best_time(cached[0], x, repeats) / 1e9
             del calls
             out.append(row)
     finally:
         torch.set_num_threads(before)
     return out
+
+
+def _best_time(call: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, repeats: int,
+               seconds: float = 0.05) -> float:
+    """The best time of one call over `repeats` runs of back-to-back calls (~`seconds` each) on the same weights."""
+    call(x)
+    start = time.perf_counter()
+    call(x)
+    n = max(3, int(seconds / max(time.perf_counter() - start, 1e-6)))
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(n):
+            call(x)
+        best = min(best, (time.perf_counter() - start) / n)
+    return best
 
 
 def merge_bandwidth(passes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -268,16 +311,18 @@ def print_cpu_and_bound(info: dict[str, Any], bandwidth: dict[int, dict[str, Any
 
 def print_breakdown(rows: list[dict[str, Any]], ms: tuple[int, ...] = (1,)) -> None:
     head = f"{'projection':<14} {'types':<16} {'N x K':>13} {'layers':>6} {'MB/call':>8} {'us/call':>8} " \
-           f"{'GB/s':>6} {'share':>6} {'ms/token':>9}"
-    extra = "".join(f" {f'us m={m}':>9} {f'x m=1':>6}" for m in ms if m != 1)
+           f"{'GB/s':>6} {'cache':>6} {'share':>6} {'ms/token':>9}"
+    extra = "".join(f" {f'us m={m}':>9} {f'x m=1':>6} {'cache':>6}" for m in ms if m != 1)
     print(head + extra)
     for r in sorted(rows, key=lambda r: -r["ms_per_token"]):
         line = (f"{r['kind']:<14} {r['types']:<16} {r['shape'][0]:>6} x {r['shape'][1]:<5} {r['layers']:>6} "
                 f"{r['bytes'] / 1e6:>8.2f} {r['us']:>8.1f} {r['gb_s']:>6.1f} "
+                f"{r.get('cached_gb_s', float('nan')):>6.1f} "
                 f"{r.get('share', float('nan')):>6.0%} {r['ms_per_token']:>9.2f}")
         for m in ms:
             if m != 1:
-                line += f" {r[f'us_m{m}']:>9.1f} {r[f'cost_m{m}_vs_m1']:>5.2f}x"
+                line += (f" {r[f'us_m{m}']:>9.1f} {r[f'cost_m{m}_vs_m1']:>5.2f}x"
+                         f" {r.get(f'cached_gb_s_m{m}', float('nan')):>6.1f}")
         print(line)
     total_ms = sum(r["ms_per_token"] for r in rows)
     total_bytes = sum(r["bytes"] * r["layers"] for r in rows)

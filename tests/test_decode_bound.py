@@ -59,10 +59,28 @@ def test_each_kernel_group_counts_its_layers_weight_bytes(engine):
         assert r["share"] == pytest.approx(r["gb_s"] / 10.0)
         assert r["ms_per_token"] == pytest.approx(r["us"] * r["layers"] / 1e3)
         assert r["cost_m3_vs_m1"] == pytest.approx(r["us_m3"] / r["us"])
+        assert r["cached_gb_s"] > 0 and r["cached_gb_s_m3"] > 0  # every projection here runs the GGUF blocks
     kinds = {(r["kind"], r["types"]) for r in rows}
     assert ("qkv_proj", "Q4_K_R+Q6_K_R") in kinds and ("lm_head", "Q6_K_R") in kinds  # repacked at load
     assert decode_bound.bound_row(2_000_000, 10.0, 40.0) == {
         "step_weight_bytes": 2_000_000, "weight_gb_s": 0.02, "share_of_read_bw": 0.0005}
+
+
+def test_the_cached_slice_is_the_first_rows_of_each_part(engine):
+    """The in-cache timing runs the same kernel on each part's first rows: its outputs are the full call's columns
+    of those rows, bit for bit (a row's result does not depend on the rows beside it)."""
+    from tiers.quantization import kquant
+
+    model = engine.runner.model
+    module = next(m for m in model.modules() if isinstance(m, QuantizedLinear) and len(m.kq.parts) == 2)
+    parts = module.kq.parts
+    call, nbytes = decode_bound._cached(module, max_bytes=module.kq.nbytes // 2)
+    keep = [min(rows.shape[0], max(16, rows.shape[0] // 2 // 16 * 16)) for _, rows in parts]
+    assert nbytes == sum(n * rows.shape[1] for n, (_, rows) in zip(keep, parts)) < module.kq.nbytes
+    x = torch.randn(3, module.in_features)
+    full, got = kquant.gemm(module.native, x, module.kq), call(x)
+    starts = [0, parts[0][1].shape[0]]
+    assert torch.equal(got, torch.cat([full[:, start:start + n] for start, n in zip(starts, keep)], dim=1))
 
 
 def test_cpu_and_read_bandwidth_are_reported():
