@@ -77,9 +77,9 @@ def test_silu_mul_splits_rows_across_threads_with_the_same_bits():
 
 
 def test_silu_mul_gives_a_value_the_same_bits_in_a_lane_and_in_the_remainder():
-    """16 lanes at a time, the rest one by one: e^x and the division are the same operations, so where an element
-    falls does not change its bits (the same value at positions 0-15 and 16-22 of a row of 23), over the clamps
-    of e^x too."""
+    """8 lanes at a time, the rest one by one: e^x and the division are the same operations, so where an element
+    falls does not change its bits (the same value in the vectors at positions 0-15 and in the remainder at 16-22
+    of a row of 23), over the clamps of e^x too."""
     native = native_library()
     values = torch.tensor([0.0, -0.0, 1e-30, -3.5, 2.25, 17.0, -17.0, 88.0, -88.0, 90.0, -90.0, 1e4, -1e4, 0.7,
                            -1.3, 40.0])

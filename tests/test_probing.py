@@ -178,7 +178,8 @@ def test_a_shipped_measurement_is_fitted_at_start_so_the_first_request_routes_by
     first.mkdir()
     fresh.mkdir()
     database = f"sqlite:///{first / 'aio.db'}"
-    done = subprocess.run(aio_command("calibrate", "--max-tasks", "30", "--concurrency", "16", "--json"), capture_output=True, text=True,
+    done = subprocess.run(aio_command("calibrate", "--max-tasks", "30", "--concurrency", "16", "--json"),
+                          capture_output=True, text=True,
                           env=server_env(first, database, "", AIO_DEMO_MODEL="random"), timeout=600)
     assert done.returncode == 0, done.stderr
     tiers = json.loads(done.stdout[done.stdout.index("{"):])["tiers"]
