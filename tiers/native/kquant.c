@@ -1607,12 +1607,43 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
     for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = sum512(acc[r]) + 0.0f;
 }
 #elif defined(KQ_SIMD)
+/* half H of a Q5_0_R group for R rows (lanes 8H .. 8H + 7: the low nibbles' codes, or the high ones'), from 2 rows:
+ * R int16 sums live, not 2R (as kr256_pair_half); the accumulators wait in memory */
+static inline __attribute__((always_inline)) void kr5_half(const int H, const act_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *g, const int G, int64_t e, __m256 scd, __m256 (*acc)[2]) {
+    const int64_t nl = K / 8, lane0 = e / 16;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i i16[KR_ROWS];
+#pragma GCC unroll 4
+    for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
+        const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
+        uint32_t bits;
+        memcpy(&bits, g + 18 * G + 8 * v + 4 * H, 4);
+        const __m256i c = _mm256_or_si256(_mm256_and_si256(H ? _mm256_srli_epi16(ql, 4) : ql, m4), bits_to_16(bits));
+        for (int r = 0; r < R; r++) {
+            const int8_t *av = a->qr + (m0 + r) * K + e + 64 * v + 32 * H;
+            i16[r] = v ? dot32_i16(i16[r], c, av) : _mm256_maddubs_epi16(c, _mm256_load_si256((const __m256i *)av));
+            KR256_PIN(i16[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const int64_t l = (m0 + r) * nl + lane0 + 8 * H;
+        const __m256i isum = widen_add(_mm256_loadu_si256((const __m256i *)(a->b16 + l)), i16[r]);
+        const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(a->da + l));
+        acc[r][H] = _mm256_fmadd_ps(t, scd, acc[r][H]);
+    }
+}
+
+/* weight row n for R activation rows, its accumulators folded into folded[r][t] (folded_store sums 8 rows at once).
+ * One row takes both halves together; from 2 rows one half at a time (kr5_half): both together, GCC kept most of the
+ * 4R sums on the stack, and 2 rows cost 1.9x one on the AMD EPYC (throwaway driver, 0.5B's gate_up in cache). */
 static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
-                                                           const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+        const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
     const int64_t rb = row_bytes(T_Q5_0_R, K), nl = K / 8;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[KR_ROWS][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    if (R > 1) __asm__ volatile("" : : "r"(acc) : "memory");
     KR5_GROUPS({
         group_prefetch(g, 22 * G);
         const __m256 d8 = G == 8 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g))
@@ -1622,32 +1653,32 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
                                                 : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)),
             _mm256_permutevar8x32_ps(d8, G == 8 ? _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)
                                                 : _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3))};
-        __m256i isum[KR_ROWS][2];
-        for (int r = 0; r < R; r++)
-            for (int h = 0; h < 2; h++)
-                isum[r][h] = _mm256_loadu_si256((const __m256i *)(a->b16 + (m0 + r) * nl + lane0 + 8 * h));
-        __m256i i16[KR_ROWS][2];
-        for (int r = 0; r < R; r++) i16[r][0] = i16[r][1] = _mm256_setzero_si256();
-        for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
-            const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
-            uint32_t bits[2];
-            memcpy(bits, g + 18 * G + 8 * v, 8);
-            const __m256i c[2] = {_mm256_or_si256(_mm256_and_si256(ql, m4), bits_to_16(bits[0])),
-                                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), bits_to_16(bits[1]))};
-            for (int r = 0; r < R; r++)
-                for (int h = 0; h < 2; h++)
-                    i16[r][h] = dot32_i16(i16[r][h], c[h], a->qr + (m0 + r) * K + e + 64 * v + 32 * h);
-        }
-        for (int r = 0; r < R; r++)
-            for (int h = 0; h < 2; h++) isum[r][h] = widen_add(isum[r][h], i16[r][h]);
-        for (int r = 0; r < R; r++)
-            for (int h = 0; h < 2; h++) {
-                const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r][h]),
-                                               _mm256_loadu_ps(a->da + (m0 + r) * nl + lane0 + 8 * h));
-                acc[r][h] = _mm256_fmadd_ps(t, scd[h], acc[r][h]);
+        if (R > 1) {
+            __asm__ volatile("" ::: "memory");
+            kr5_half(0, a, m0, R, K, g, G, e, scd[0], acc);
+            __asm__ volatile("" ::: "memory");
+            kr5_half(1, a, m0, R, K, g, G, e, scd[1], acc);
+        } else {
+            __m256i isum[2], i16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int h = 0; h < 2; h++) isum[h] = _mm256_loadu_si256((const __m256i *)(a->b16 + m0 * nl + lane0 + 8 * h));
+            for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
+                const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
+                uint32_t bits[2];
+                memcpy(bits, g + 18 * G + 8 * v, 8);
+                const __m256i c[2] = {
+                    _mm256_or_si256(_mm256_and_si256(ql, m4), bits_to_16(bits[0])),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), bits_to_16(bits[1]))};
+                for (int h = 0; h < 2; h++) i16[h] = dot32_i16(i16[h], c[h], a->qr + m0 * K + e + 64 * v + 32 * h);
             }
+            for (int h = 0; h < 2; h++) {
+                isum[h] = widen_add(isum[h], i16[h]);
+                const __m256 tt = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[h]),
+                                                _mm256_loadu_ps(a->da + m0 * nl + lane0 + 8 * h));
+                acc[0][h] = _mm256_fmadd_ps(tt, scd[h], acc[0][h]);
+            }
+        }
     })
-    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = facc_sum(_mm256_add_ps(acc[r][0], acc[r][1])) + 0.0f;
+    for (int r = 0; r < R; r++) folded[r][t] = _mm256_add_ps(acc[r][0], acc[r][1]);
 }
 #else
 static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
@@ -1701,16 +1732,28 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
 #endif
 }
 
+/* weight rows n0 .. n0 + NT - 1 of a Q5_0_R for R activation rows */
+static inline __attribute__((always_inline)) void kr5_tile(const act_t *a, int64_t m0, const int R, int64_t K,
+        const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
+#if defined(KQ_SIMD) && !defined(KQ_VNNI)
+    __m256 folded[KR_ROWS][KQ_CHUNK];
+    for (int64_t t = 0; t < NT; t++) kr5_rows(a, m0, R, K, w, n0 + t, folded, t);
+    folded_store(R, NT, folded, out + m0 * ldo + n0, ldo);
+#else
+    for (int64_t t = 0; t < NT; t++) kr5_rows(a, m0, R, K, w, n0 + t, out, ldo);
+#endif
+}
+
 #define KR5_R(MAX)                                                                                             \
     switch (R) {                                                                                               \
-    case 1: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, 1, K, w, n0 + t, out, ldo); break;         \
-    case 2: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, 2, K, w, n0 + t, out, ldo); break;         \
-    case 3: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, 3, K, w, n0 + t, out, ldo); break;         \
-    case 4: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX < 4 ? MAX : 4, K, w, n0 + t, out, ldo); break; \
-    case 5: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX < 5 ? MAX : 5, K, w, n0 + t, out, ldo); break; \
-    case 6: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX < 6 ? MAX : 6, K, w, n0 + t, out, ldo); break; \
-    case 7: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX < 7 ? MAX : 7, K, w, n0 + t, out, ldo); break; \
-    default: for (int64_t t = 0; t < NT; t++) kr5_rows(&a->b32, m0, MAX, K, w, n0 + t, out, ldo); break;     \
+    case 1: kr5_tile(&a->b32, m0, 1, K, w, n0, NT, out, ldo); break;                                           \
+    case 2: kr5_tile(&a->b32, m0, 2, K, w, n0, NT, out, ldo); break;                                           \
+    case 3: kr5_tile(&a->b32, m0, 3, K, w, n0, NT, out, ldo); break;                                           \
+    case 4: kr5_tile(&a->b32, m0, MAX < 4 ? MAX : 4, K, w, n0, NT, out, ldo); break;                           \
+    case 5: kr5_tile(&a->b32, m0, MAX < 5 ? MAX : 5, K, w, n0, NT, out, ldo); break;                           \
+    case 6: kr5_tile(&a->b32, m0, MAX < 6 ? MAX : 6, K, w, n0, NT, out, ldo); break;                           \
+    case 7: kr5_tile(&a->b32, m0, MAX < 7 ? MAX : 7, K, w, n0, NT, out, ldo); break;                           \
+    default: kr5_tile(&a->b32, m0, MAX, K, w, n0, NT, out, ldo); break;                                        \
     }
 
 #define KQ_R(TYPE)                                                                                             \
