@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from tiers.native import NativeKernelError, NativeLibrary
+from tiers.native import NativeKernelError, NativeLibrary, huge_pages
 from tiers.quantization.int4 import QuantizationError
 
 # the block types of GGUF files this module takes
@@ -57,9 +57,10 @@ class KQuantWeight:
 
     @staticmethod
     def from_blocks(kind: str, data: np.ndarray, rows: int, k: int) -> "KQuantWeight":
-        """A tensor's raw blocks (a GGUF reader's tensor.data: [rows, row_bytes] or flat) as one part."""
+        """A tensor's raw blocks (a GGUF reader's tensor.data: [rows, row_bytes] or flat) as one part, copied to
+        huge pages (huge_pages: a decode step streams them)."""
         array = np.ascontiguousarray(data).view(np.uint8).reshape(rows, row_bytes(kind, k))
-        return KQuantWeight([(kind, torch.from_numpy(array.copy()))], k)
+        return KQuantWeight([(kind, huge_pages.copy(array))], k)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -77,7 +78,7 @@ class KQuantWeight:
         if len(self.parts) != 1:
             raise QuantizationError("select_rows takes a weight of one part")
         kind, rows = self.parts[0]
-        return KQuantWeight([(kind, rows[index].contiguous())], self.in_features)
+        return KQuantWeight([(kind, _on_huge_pages(rows[index]))], self.in_features)
 
     def to(self, device: torch.device | str) -> "KQuantWeight":
         return KQuantWeight([(kind, rows.to(device)) for kind, rows in self.parts], self.in_features)
@@ -90,7 +91,7 @@ class KQuantWeight:
         for w in weights:
             for kind, rows in w.parts:
                 if parts and parts[-1][0] == kind:  # neighbours of one type: one part, one kernel call
-                    parts[-1] = (kind, torch.cat((parts[-1][1], rows)))
+                    parts[-1] = (kind, _cat(parts[-1][1], rows))
                 else:
                     parts.append((kind, rows))
         return KQuantWeight(parts, weights[0].in_features)
@@ -117,6 +118,18 @@ class KQuantWeight:
         return torch.cat(out).reshape(self.shape).to(dtype)
 
 
+def _on_huge_pages(rows: torch.Tensor) -> torch.Tensor:
+    """A new contiguous copy of rows: on huge pages where they are on the CPU."""
+    return huge_pages.copy(rows) if rows.device.type == "cpu" else rows.contiguous().clone()
+
+
+def _cat(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    if first.device.type != "cpu":
+        return torch.cat((first, second))
+    out = huge_pages.empty((first.shape[0] + second.shape[0], first.shape[1]), first.dtype)
+    return torch.cat((first, second), out=out)
+
+
 def repack(native: NativeLibrary, weight: KQuantWeight, in_place: bool = False) -> KQuantWeight:
     """The weight with its Q4_K / Q6_K / Q5_0 parts in the native kernel's layout (Q4_K_R / Q6_K_R / Q5_0_R: the same
     values and bytes, one vpdpbusd per 64 codes in its loop; Q5_0 where rows hold a multiple of 128), other parts as
@@ -131,7 +144,7 @@ def repack(native: NativeLibrary, weight: KQuantWeight, in_place: bool = False) 
     parts = []
     for kind, rows in weight.parts:
         if takes(kind):
-            rows = rows.contiguous() if in_place else rows.contiguous().clone()
+            rows = rows.contiguous() if in_place else _on_huge_pages(rows)
             new_id = native.lib.aio_kq_repack(rows.data_ptr(), rows.shape[0], weight.in_features,
                                               BLOCK_TYPES[kind][0])
             if new_id != BLOCK_TYPES[REPACKED[kind]][0]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from tiers.native import huge_pages
 from tiers.quantization.cpu_native import BLOCK, pack_w4, pack_w8, unpack_w4, unpack_w8
 from tiers.quantization.int4 import Int4Weight
 from tiers.quantization.int8 import Int8Weight
@@ -19,14 +20,19 @@ def native_ok(weight: Int4Weight | Int8Weight) -> bool:
 
 def int4_rows(weight: Int4Weight, device: torch.device) -> torch.Tensor:
     repeat = weight.group_size // BLOCK
-    return pack_w4(weight.codes(), weight.scales.float().repeat_interleave(repeat, dim=1),
-                   weight.mins.float().repeat_interleave(repeat, dim=1)).to(device)
+    return _placed(pack_w4(weight.codes(), weight.scales.float().repeat_interleave(repeat, dim=1),
+                           weight.mins.float().repeat_interleave(repeat, dim=1)), device)
 
 
 def int8_rows(weight: Int8Weight, device: torch.device) -> torch.Tensor:
     n, k = weight.shape
     scales = weight.scales.float() if weight.blockwise else weight.scales.float().unsqueeze(1).expand(n, k // BLOCK)
-    return pack_w8(weight.qweight, scales).to(device)
+    return _placed(pack_w8(weight.qweight, scales), device)
+
+
+def _placed(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The records on `device`: on the CPU in a buffer on huge pages (a decode step streams them)."""
+    return huge_pages.copy(rows) if torch.device(device).type == "cpu" else rows.to(device)
 
 
 def dequantize_native(rows: torch.Tensor, k: int, w8: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -1,0 +1,113 @@
+"""CPU weight buffers on transparent huge pages (tiers/native/huge_pages.py): the values and layout torch.empty would
+give, every whole 2 MB page advised as huge pages (the kernel's `hg` flag in /proc/self/smaps) and nothing past the
+buffer, the mapping freed with the last view, and the loaded weights a decode step streams placed there."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+from tests.kquant_helpers import make_blocks
+from tiers.native import huge_pages
+from tiers.native.huge_pages import HUGE_PAGE
+from tiers.quantization.cpu_native import pack_w8
+from tiers.quantization.int8 import Int8Weight
+from tiers.quantization.kquant import KQuantWeight, repack
+from tiers.quantization.native_weights import int8_rows
+
+needs_thp = pytest.mark.skipif(not huge_pages.available(), reason="no transparent huge pages here")
+
+
+def _mappings() -> list[tuple[int, int, set[str]]]:
+    """(start, end, VmFlags) of every mapping of this process."""
+    out: list[tuple[int, int, set[str]]] = []
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=1)[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(x, 16) for x in head.split("-"))
+                out.append((low, high, set()))
+            elif head == "VmFlags:":
+                out[-1][2].update(line.split()[1:])
+    return out
+
+
+def _advised_bytes(start: int, end: int) -> int:
+    """Bytes of [start, end) in mappings advised as huge pages."""
+    return sum(min(high, end) - max(low, start) for low, high, flags in _mappings()
+               if "hg" in flags and low < end and high > start)
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+
+@needs_thp
+@pytest.mark.parametrize("shape,dtype", [((1000, 3000), torch.float32), ((5, 2 * HUGE_PAGE + 4096), torch.uint8),
+                                         ((HUGE_PAGE,), torch.uint8)])
+def test_whole_huge_pages_are_advised_and_nothing_past_the_buffer(shape, dtype):
+    t = huge_pages.empty(shape, dtype)
+    assert t.shape == shape and t.dtype == dtype and t.is_contiguous() and t.device.type == "cpu"
+    start, end = _span(t)
+    assert start % HUGE_PAGE == 0
+    whole = (end - start) // HUGE_PAGE * HUGE_PAGE
+    assert _advised_bytes(start, start + whole) == whole
+    assert _advised_bytes(start + whole, end + HUGE_PAGE) == 0  # the tail stays on 4 KB pages: no page beyond it
+    t.fill_(3)
+    assert int(t.view(-1)[-1]) == 3 and float(t.double().sum()) == 3 * t.numel()
+
+
+def test_small_buffers_and_copies_are_plain_tensors_with_the_same_values():
+    small = huge_pages.empty((100, 100), torch.float32)
+    assert small.shape == (100, 100) and small.is_contiguous()
+    source = torch.randn(700, 1000)
+    for original in (source, source.t(), source[::2]):  # strided sources: a contiguous copy of the values
+        copied = huge_pages.copy(original)
+        assert copied.is_contiguous() and torch.equal(copied, original) and copied.data_ptr() != source.data_ptr()
+    array = np.arange(3 * HUGE_PAGE, dtype=np.uint8).reshape(3, HUGE_PAGE)
+    array.flags.writeable = False  # as a mapped GGUF file's: read, never written
+    copied = huge_pages.copy(array)
+    assert copied.dtype == torch.uint8 and torch.equal(copied, torch.from_numpy(array.copy()))
+
+
+@needs_thp
+def test_the_mapping_lives_as_long_as_a_view_of_it():
+    t = huge_pages.empty((3 * HUGE_PAGE,), torch.uint8)
+    t.fill_(7)
+    start, end = _span(t)
+    view = t[HUGE_PAGE:HUGE_PAGE + 10]
+    del t
+    gc.collect()
+    assert int(view.sum()) == 70 and _advised_bytes(start, end) > 0
+    del view
+    gc.collect()
+    assert not any(low < end and high > start for low, high, _ in _mappings())
+
+
+@needs_thp
+def test_loaded_weights_are_on_huge_pages():
+    """The constructors of the weights the native kernels stream: a GGUF tensor's blocks, a fused projection's
+    concatenation, rows selected or repacked into a copy, the INT8 row records."""
+    rng = np.random.default_rng(0)
+    n, k = 1536, 2048  # Q4_K rows of 1,152 bytes: 1.7 MB a weight, 3.5 MB fused
+    first = KQuantWeight.from_blocks("Q4_K", make_blocks("Q4_K", n, k, rng), n, k)
+    second = KQuantWeight.from_blocks("Q4_K", make_blocks("Q4_K", n, k, rng), n, k)
+    fused = KQuantWeight.cat([first, second])
+    selected = fused.select_rows(torch.arange(fused.shape[0] - 1, -1, -1))
+    tensors = [fused.parts[0][1], selected.parts[0][1]]
+    from tiers.native import native_library
+
+    native = native_library()
+    if native is not None:
+        tensors.append(repack(native, fused).parts[0][1])
+    q, scales = torch.randint(-127, 128, (4096, 1024), dtype=torch.int8), torch.rand(4096) + 0.1
+    tensors.append(int8_rows(Int8Weight(q, scales), torch.device("cpu")))
+    for t in tensors:
+        start, end = _span(t)
+        whole = (end - start) // HUGE_PAGE * HUGE_PAGE
+        assert start % HUGE_PAGE == 0 and whole > 0 and _advised_bytes(start, start + whole) == whole
+    assert torch.equal(fused.parts[0][1], torch.cat([first.parts[0][1], second.parts[0][1]]))
+    assert torch.equal(selected.parts[0][1], fused.parts[0][1].flip(0))
+    assert torch.equal(tensors[-1], pack_w8(q, scales.unsqueeze(1).expand(4096, 1024 // 32)))
