@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.kquant_helpers import make_blocks
+from tiers.engine.spec_decode.draft_head import DraftHead
 from tiers.native import huge_pages
 from tiers.native.huge_pages import HUGE_PAGE
 from tiers.quantization.cpu_native import pack_w8
@@ -89,7 +90,7 @@ def test_the_mapping_lives_as_long_as_a_view_of_it():
 @needs_thp
 def test_loaded_weights_are_on_huge_pages():
     """The constructors of the weights the native kernels stream: a GGUF tensor's blocks, a fused projection's
-    concatenation, rows selected or repacked into a copy, the INT8 row records."""
+    concatenation, rows selected or repacked into a copy, the INT8 row records, a draft head's rows."""
     rng = np.random.default_rng(0)
     n, k = 1536, 2048  # Q4_K rows of 1,152 bytes: 1.7 MB a weight, 3.5 MB fused
     first = KQuantWeight.from_blocks("Q4_K", make_blocks("Q4_K", n, k, rng), n, k)
@@ -103,11 +104,15 @@ def test_loaded_weights_are_on_huge_pages():
     if native is not None:
         tensors.append(repack(native, fused).parts[0][1])
     q, scales = torch.randint(-127, 128, (4096, 1024), dtype=torch.int8), torch.rand(4096) + 0.1
-    tensors.append(int8_rows(Int8Weight(q, scales), torch.device("cpu")))
+    records = int8_rows(Int8Weight(q, scales), torch.device("cpu"))
+    linear = torch.nn.Linear(1024, 16384, bias=False)
+    head = DraftHead.build(linear, 16384, 2048)  # a reduced draft vocabulary: 2,048 rows kept, room for 4,096
+    tensors += [records, head.rows]
     for t in tensors:
         start, end = _span(t)
         whole = (end - start) // HUGE_PAGE * HUGE_PAGE
         assert start % HUGE_PAGE == 0 and whole > 0 and _advised_bytes(start, start + whole) == whole
     assert torch.equal(fused.parts[0][1], torch.cat([first.parts[0][1], second.parts[0][1]]))
     assert torch.equal(selected.parts[0][1], fused.parts[0][1].flip(0))
-    assert torch.equal(tensors[-1], pack_w8(q, scales.unsqueeze(1).expand(4096, 1024 // 32)))
+    assert torch.equal(records, pack_w8(q, scales.unsqueeze(1).expand(4096, 1024 // 32)))
+    assert torch.equal(head.rows[:2048], linear.weight[:2048].detach())

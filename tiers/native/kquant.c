@@ -1660,7 +1660,8 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
             kr5_half(1, a, m0, R, K, g, G, e, scd[1], acc);
         } else {
             __m256i isum[2], i16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            for (int h = 0; h < 2; h++) isum[h] = _mm256_loadu_si256((const __m256i *)(a->b16 + m0 * nl + lane0 + 8 * h));
+            for (int h = 0; h < 2; h++)
+                isum[h] = _mm256_loadu_si256((const __m256i *)(a->b16 + m0 * nl + lane0 + 8 * h));
             for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
                 const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
                 uint32_t bits[2];

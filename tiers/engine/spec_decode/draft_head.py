@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tiers.native import huge_pages
 from tiers.quantization import cpu_native, kquant
 from tiers.quantization.kquant import KQuantWeight
 from tiers.quantization.linear import QuantizedLinear
@@ -53,7 +54,7 @@ class DraftHead:
         docstring; `always`: token ids kept from the start (end-of-sequence and special tokens)."""
         self.source, self._matmul = source.detach(), matmul
         self.vocab_size, self.capacity = vocab_size, 2 * size
-        self.rows = self.source.new_empty((self.capacity, *self.source.shape[1:]))
+        self.rows = huge_pages.empty((self.capacity, *self.source.shape[1:]), self.source.dtype)  # streamed by every draft step
         self.token_ids = torch.empty(self.capacity, dtype=torch.long, device=self.source.device)  # row -> token id
         self.kept: dict[int, int] = {}  # token id -> row
         self.add(range(size))
