@@ -198,7 +198,7 @@ def _cached(module: torch.nn.Module, max_bytes: int = CACHED_BYTES) -> tuple[Cal
 
     parts, total = module.kq.parts, module.kq.nbytes
     keep = [max(16, rows.shape[0] * max_bytes // total // 16 * 16) for _, rows in parts]
-    weight = KQuantWeight([(kind, rows[:n].clone()) for (kind, rows), n in zip(parts, keep)], module.kq.in_features)
+    weight = KQuantWeight([(kind, _copy(rows[:n])) for (kind, rows), n in zip(parts, keep)], module.kq.in_features)
     native = module.native
     return (lambda x: kquant.gemm(native, x, weight)), weight.nbytes
 

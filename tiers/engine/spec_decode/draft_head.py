@@ -54,7 +54,8 @@ class DraftHead:
         docstring; `always`: token ids kept from the start (end-of-sequence and special tokens)."""
         self.source, self._matmul = source.detach(), matmul
         self.vocab_size, self.capacity = vocab_size, 2 * size
-        self.rows = huge_pages.empty((self.capacity, *self.source.shape[1:]), self.source.dtype)  # streamed by every draft step
+        # streamed by every draft step: on huge pages, as the weights are
+        self.rows = huge_pages.empty((self.capacity, *self.source.shape[1:]), self.source.dtype)
         self.token_ids = torch.empty(self.capacity, dtype=torch.long, device=self.source.device)  # row -> token id
         self.kept: dict[int, int] = {}  # token id -> row
         self.add(range(size))
