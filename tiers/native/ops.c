@@ -204,13 +204,32 @@ static inline const float *kv_row_at(const float *cache, const int64_t *table, i
     return cache + (table[p / block_size] * block_size + p % block_size) * kv_row + (int64_t)kvh * head_dim;
 }
 
+#if defined(__FMA__) && !defined(__AVX512F__)
+/* vf16_sums16's last three levels for 8 keys at once, x[j] key j's first-level sums (lanes l + l + 8): sum j in lane
+ * j as ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)), the same additions as there, by 128-bit halves and
+ * in-lane shuffles (GCC lowers vf16's shuffles on AVX2 to scalar inserts: most of a decode's attention time) */
+static inline __m256 sums8(const __m256 *x) {
+    __m256 z[4], r[2];
+    for (int i = 0; i < 4; i++) /* keys 2i (low half) and 2i + 1 (high half): x[m] + x[m + 4] */
+        z[i] = _mm256_add_ps(_mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31));
+    for (int i = 0; i < 2; i++) /* keys 4i, 4i + 2 (low half), 4i + 1, 4i + 3 (high): z[p] + z[p + 2] */
+        r[i] = _mm256_add_ps(_mm256_shuffle_ps(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* keys 0 2 4 6 (low half), 1 3 5 7 (high): r[0] + r[1]; then in key order */
+    const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+#endif
+
 /* the scores of query qv (D floats, zero-padded to a multiple of 16) against the 16 key rows k[0 .. 15], times
  * scale, into out[0 .. 15]: per key 16 lane sums over d in order, then vf16_sums16, so a key's score does not
  * depend on the keys beside it or on the query's company */
 static inline void block_scores(const float *qv, int D, const float *const *k, float scale, float *out) {
-    vf16 acc[16];
     const int d16 = D / 16 * 16;
 #if defined(__FMA__) && !defined(__AVX512F__)
+    __m256 halves[16];
     /* AVX2: a key's 16 lanes in two ymm, four keys at a time. Sixteen keys' 32 ymm do not fit its 16 registers, and
      * GCC moved every vf16 result through general registers (a dozen instructions per FMA). Each lane gets the same
      * FMAs in the same order as one vf16 would. */
@@ -233,14 +252,12 @@ static inline void block_scores(const float *qv, int D, const float *const *k, f
                 hi[j] = _mm256_fmadd_ps(xh, _mm256_loadu_ps(tail + 8), hi[j]);
             }
         }
-        for (int j = 0; j < 4; j++) {
-            float lanes[16];
-            _mm256_storeu_ps(lanes, lo[j]);
-            _mm256_storeu_ps(lanes + 8, hi[j]);
-            memcpy(&acc[j0 + j], lanes, sizeof lanes);
-        }
+        for (int j = 0; j < 4; j++) halves[j0 + j] = _mm256_add_ps(lo[j], hi[j]); /* the tree's first level */
     }
+    for (int g = 0; g < 2; g++)
+        _mm256_storeu_ps(out + 8 * g, _mm256_mul_ps(sums8(halves + 8 * g), _mm256_set1_ps(scale)));
 #else
+    vf16 acc[16];
     for (int j = 0; j < 16; j++) acc[j] = (vf16){0};
     for (int d = 0; d < d16; d += 16) {
         const vf16 x = vf16_load(qv + d);
@@ -254,9 +271,9 @@ static inline void block_scores(const float *qv, int D, const float *const *k, f
             acc[j] = vf16_madd(x, vf16_load(tail), acc[j]);
         }
     }
-#endif
     const vf16 sums = vf16_sums16(acc) * scale;
     memcpy(out, &sums, sizeof sums);
+#endif
 }
 
 /* acc += e[0] v[0] + e[1] v[1] + ... over n rows, one row after the other (the order of a row at a time) */
