@@ -199,9 +199,15 @@ static inline void prefetch_bytes(const float *row, int64_t n) {
     for (int64_t b = 0; b < n * (int64_t)sizeof(float); b += 64) __builtin_prefetch((const char *)row + b);
 }
 
-static inline const float *kv_row_at(const float *cache, const int64_t *table, int64_t p, int block_size,
-                                      int64_t kv_row, int kvh, int head_dim) {
-    return cache + (table[p / block_size] * block_size + p % block_size) * kv_row + (int64_t)kvh * head_dim;
+/* where the K / V rows of positions t0 .. t0 + cnt - 1 start in either cache (they share one layout: [slot, Hkv,
+ * D], slot = table[p / block_size] * block_size + p % block_size): one division a block, not one a row */
+static void row_offsets(const int64_t *table, int64_t t0, int64_t cnt, int block_size, int64_t kv_row, int kvh, int D,
+                        int64_t *off) {
+    for (int64_t i = 0, p = t0; i < cnt;) {
+        const int64_t b = p / block_size, base = table[b] * block_size;
+        for (int64_t o = p - b * block_size; o < block_size && i < cnt; o++, i++, p++)
+            off[i] = (base + o) * kv_row + (int64_t)kvh * D;
+    }
 }
 
 #if defined(__FMA__) && !defined(__AVX512F__)
@@ -295,8 +301,18 @@ static inline void add_rows(float *acc, const float *const *v, const float *e, i
  * by key position, then in a fixed order */
 static float tile_softmax(float *s, int64_t n, float *top, float *total) {
     float m16[16];
+    int64_t j16 = 0;
+#if defined(__AVX2__)
+    /* lanes j % 16 as below: maxps(a, b) is a > b ? a : b, the scalar select's own rule (NaN and zeros alike) */
+    __m256 mv[2] = {_mm256_set1_ps(*top), _mm256_set1_ps(*top)};
+    for (; j16 + 16 <= n; j16 += 16)
+        for (int h = 0; h < 2; h++) mv[h] = _mm256_max_ps(_mm256_loadu_ps(s + j16 + 8 * h), mv[h]);
+    _mm256_storeu_ps(m16, mv[0]);
+    _mm256_storeu_ps(m16 + 8, mv[1]);
+#else
     for (int i = 0; i < 16; i++) m16[i] = *top;
-    for (int64_t j = 0; j < n; j++) m16[j % 16] = s[j] > m16[j % 16] ? s[j] : m16[j % 16];
+#endif
+    for (int64_t j = j16; j < n; j++) m16[j % 16] = s[j] > m16[j % 16] ? s[j] : m16[j % 16];
     float m = m16[0];
     for (int i = 1; i < 16; i++) m = m16[i] > m ? m16[i] : m;
     const float rescale = m == *top ? 1.0f : exp_vec(*top - m);
@@ -384,6 +400,7 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
             const int kvh = (int)(task / parts % num_kv_heads), h0 = kvh * group + (int)(task % parts) * per;
             const int nh = h0 + per <= (kvh + 1) * group ? (int)per : (kvh + 1) * group - h0;
             const int64_t nq = tg * nh, *table = block_tables + token_seq[i0] * max_blocks;
+            int64_t off[KV_TILE + 32]; /* a tile's rows and the 32 after it, for the prefetches */
             int64_t len = 0;
             for (int64_t l = 0; l < nq; l++) {
                 vis[l] = visible[i0 + l / nh];
@@ -395,12 +412,13 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
             memset(acc, 0, sizeof(float) * nq * D);
             for (int64_t t0 = 0; t0 < len; t0 += KV_TILE) {
                 const int64_t n = len - t0 < KV_TILE ? len - t0 : KV_TILE;
+                row_offsets(table, t0, len - t0 < n + 32 ? len - t0 : n + 32, block_size, kv_row, kvh, D, off);
                 for (int64_t j0 = 0; j0 < n; j0 += 16) {
                     const float *krow[16];
                     for (int j = 0; j < 16; j++) /* past the tile: its last row again, scored and not used */
-                        krow[j] = kv_row_at(k_cache, table, t0 + (j0 + j < n ? j0 + j : n - 1), block_size, kv_row, kvh, D);
+                        krow[j] = k_cache + off[j0 + j < n ? j0 + j : n - 1];
                     for (int64_t f = t0 + j0 + 16; f < t0 + j0 + 32 && f < len; f++)
-                        prefetch_bytes(kv_row_at(k_cache, table, f, block_size, kv_row, kvh, D), D);
+                        prefetch_bytes(k_cache + off[f - t0], D);
                     for (int64_t l = 0; l < nq; l++)
                         if (vis[l] > t0 + j0) block_scores(qs + l * dp, D, krow, scale, scores + l * KV_TILE + j0);
                 }
@@ -415,9 +433,8 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
                     const float *rows[4];
                     const int m4 = n - j0 < 4 ? (int)(n - j0) : 4;
                     for (int j = 0; j < m4; j++) {
-                        rows[j] = kv_row_at(v_cache, table, t0 + j0 + j, block_size, kv_row, kvh, D);
-                        if (t0 + j0 + j + KV_AHEAD < len)
-                            prefetch_bytes(kv_row_at(v_cache, table, t0 + j0 + j + KV_AHEAD, block_size, kv_row, kvh, D), D);
+                        rows[j] = v_cache + off[j0 + j];
+                        if (t0 + j0 + j + KV_AHEAD < len) prefetch_bytes(v_cache + off[j0 + j + KV_AHEAD], D);
                     }
                     for (int64_t l = 0; l < nq; l++) {
                         const int64_t seen = vis[l] - t0 - j0;
