@@ -1,6 +1,7 @@
 """The memory bound of a batch-1 CPU decode step, measured in the same run as the decode (issue 37).
 
     python -m benchmarks.decode_bound --model FILE [--threads 2] [--rows 1,5] [--kernel-bytes 1024]
+        [--contexts 256,1024,4096]
 
 - the machine: CPU model and the ISA flags that decide which kernel path runs (AVX2, AVX-512 F / VNNI / BF16,
   AVX-VNNI, AMX), and the path the native library was built for;
@@ -20,7 +21,9 @@
   bound, so the slow kernel is named, not guessed; beside it (`cache`) the same kernel's GB/s on 4 MiB of its rows
   that stay in cache, called over and over: a streamed GB/s near it says the kernel's arithmetic, not memory,
   bounds that row count (on the AVX2 EPYC of docs/benchmarks.md: five rows; one row reads 1.2-1.9x slower
-  streamed than in cache).
+  streamed than in cache);
+- with --contexts: a decode token's attention over all layers at those context lengths, with the KV bytes it reads
+  and their share of the bound (benchmarks/decode_attention.py).
 `benchmarks.quantization` calls these beside its decode runs. Prints a table and one JSON line.
 """
 from __future__ import annotations
@@ -39,6 +42,8 @@ from typing import Any, Callable
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its thread pool would compete with the decode's
 
 import torch  # noqa: E402
+
+from benchmarks.decode_attention import attention_step, print_attention  # noqa: E402
 
 ISA_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
              "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16")
@@ -344,8 +349,11 @@ def main() -> None:
     ap.add_argument("--rows", default="1", help="comma-separated row counts per kernel call (1 first), e.g. 1,5")
     ap.add_argument("--kernel-bytes", type=int, default=KERNEL_BYTES >> 20, help="MiB each kernel cycles through")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--contexts", default="", help="comma-separated context lengths at which to time a decode "
+                    "token's attention too (benchmarks.decode_attention), e.g. 256,1024,4096")
     args = ap.parse_args()
     rows = tuple(int(r) for r in args.rows.split(","))
+    contexts = tuple(int(c) for c in args.contexts.split(",") if c)
     from tiers import Engine
 
     info = cpu_info()
@@ -360,8 +368,11 @@ def main() -> None:
     print(f"{args.model.name}: a decode step reads {ours / 1e6:.1f} MB of our loaded weights "
           f"({theirs / 1e6:.1f} MB of the file as stored); at the read bound: {read * 1e9 / ours:.1f} tok/s")
     print_breakdown(breakdown, rows)
+    attention = [attention_step(engine.model_config, c, args.threads, read) for c in contexts]
+    if attention:
+        print_attention(attention)
     print("JSON " + json.dumps({"cpu": info, "bandwidth": bandwidth, "step_weight_bytes": ours,
-                                "gguf_step_bytes": theirs, "kernels": breakdown}))
+                                "gguf_step_bytes": theirs, "kernels": breakdown, "attention": attention}))
     engine.close()
 
 

@@ -124,3 +124,16 @@ def test_the_native_read_loop_reads_every_byte():
     words[-1] ^= 1
     assert lib.aio_read_bytes(words.data_ptr(), words.numel() * 8, 2, 0) == expected ^ 1
     assert lib.aio_read_bytes(words.data_ptr(), words.numel() * 8, 2, 1) == expected ^ 1
+
+
+def test_the_attention_step_reads_every_layers_kv_rows(engine):
+    from benchmarks.decode_attention import attention_step
+
+    config = engine.model_config
+    threads = torch.get_num_threads()
+    row = attention_step(config, 40, threads=2, read_gb_s=10.0, repeats=1)
+    # K and V rows of the 40 cached tokens and the new one, every KV head, every layer, float32
+    assert row["kv_bytes"] == config.num_layers * 2 * 41 * config.num_kv_heads * config.head_dim * 4
+    assert row["ms_per_token"] > 0 and row["gb_s"] == pytest.approx(row["kv_bytes"] / row["ms_per_token"] / 1e6)
+    assert row["share"] == pytest.approx(row["gb_s"] / 10.0)
+    assert torch.get_num_threads() == threads  # the decode's thread count is restored
