@@ -222,10 +222,12 @@ static inline __m256 sums8(const __m256 *x) {
     for (int i = 0; i < 2; i++) /* keys 4i, 4i + 2 (low half), 4i + 1, 4i + 3 (high): z[p] + z[p + 2] */
         r[i] = _mm256_add_ps(_mm256_shuffle_ps(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm256_shuffle_ps(z[2 * i], z[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    /* keys 0 2 4 6 (low half), 1 3 5 7 (high): r[0] + r[1]; then in key order */
+    /* keys 0 2 4 6 (low half), 1 3 5 7 (high): r[0] + r[1]; then in key order (AVX's shuffles only: FMA without
+     * AVX2 takes this path too) */
     const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                    _mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m128 even = _mm256_castps256_ps128(t), odd = _mm256_extractf128_ps(t, 1);
+    return _mm256_set_m128(_mm_unpackhi_ps(even, odd), _mm_unpacklo_ps(even, odd));
 }
 #endif
 
@@ -302,7 +304,7 @@ static inline void add_rows(float *acc, const float *const *v, const float *e, i
 static float tile_softmax(float *s, int64_t n, float *top, float *total) {
     float m16[16];
     int64_t j16 = 0;
-#if defined(__AVX2__)
+#if defined(__AVX__)
     /* lanes j % 16 as below: maxps(a, b) is a > b ? a : b, the scalar select's own rule (NaN and zeros alike) */
     __m256 mv[2] = {_mm256_set1_ps(*top), _mm256_set1_ps(*top)};
     for (; j16 + 16 <= n; j16 += 16)
