@@ -432,20 +432,11 @@ static void dot_rows_w8f(const float *xs, int64_t m0, int R, int64_t K, const ui
     if (NT == N_TILE) { W8F_ROWS(N_TILE) } else { W8F_ROWS(1) }
 }
 #elif defined(AIO_AVX2)
-/* a pair's two fp16 scales as [s0 s0 s0 s0 s1 s1 s1 s1] (the interleaved order's lanes), converted by F16C: exact,
- * as half_to_float; two scalar conversions a pair made this path compute-bound (12 GB/s on 2 threads, in cache) */
-static inline __m256 w8f_pair_scales(const uint16_t *s) {
-    int32_t both;
-    memcpy(&both, s, sizeof both);
-    __m128i v = _mm_cvtsi32_si128(both);
-    v = _mm_unpacklo_epi16(v, v);
-    return _mm256_cvtph_ps(_mm_unpacklo_epi32(v, v));
-}
-
 /* R a constant at each call site (BY_ROWS), as rows_avx2's */
 static inline __attribute__((always_inline)) void rows_w8f_avx2(const float *xs, int64_t m0, int64_t K,
         const uint8_t *w, float *out, int64_t ldo, int64_t n0, int NT, const int R) {
     const int64_t nb = K / QK, pairs = nb / 2, stride = row_bytes(K, 1);
+    const __m256i pair_lanes = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     for (int t = 0; t < NT; t++) {
         const uint8_t *row = w + (n0 + t) * stride;
         const uint16_t *scales = (const uint16_t *)(row + K);
@@ -453,8 +444,9 @@ static inline __attribute__((always_inline)) void rows_w8f_avx2(const float *xs,
         __m256 acc[ROW_TILE];
         for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
         for (int64_t p = 0; p < pairs; p++) {
-            /* 8 floats of the interleaved order: lanes 0-3 the pair's first block, 4-7 its second */
-            const __m256 sw = w8f_pair_scales(scales + 2 * p);
+            /* 8 floats of the interleaved order: lanes 0-3 the pair's first block, 4-7 its second (F16C, as the
+             * AVX-512 tile: two scalar half_to_float a pair made this path compute-bound, 12 GB/s on 2 threads) */
+            const __m256 sw = _mm256_permutevar8x32_ps(bcast_half_pair(scales + 2 * p), pair_lanes);
             __m256 wf[8];
             for (int j = 0; j < 8; j++)
                 wf[j] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
