@@ -13,12 +13,11 @@ from typing import Any
 
 import torch
 
-BLOCK_SIZE = 16
 
-
-def attention_step(config: Any, context: int, threads: int, read_gb_s: float | None, repeats: int = 5,
-                   seed: int = 0) -> dict[str, Any]:
-    """Times one decode token's attention over all layers of `config` (a ModelConfig) at `context` cached tokens."""
+def attention_step(config: Any, block_size: int, context: int, threads: int, read_gb_s: float | None,
+                   repeats: int = 5, seed: int = 0) -> dict[str, Any]:
+    """Times one decode token's attention over all layers of `config` (a ModelConfig) at `context` cached tokens,
+    in KV blocks of `block_size` tokens (the engine's)."""
     from tiers.native import native_library
     from tiers.native.ops import paged_attention
 
@@ -27,14 +26,14 @@ def attention_step(config: Any, context: int, threads: int, read_gb_s: float | N
         raise RuntimeError("the native library does not build here: no native attention to time")
     g = torch.Generator().manual_seed(seed)
     heads, kv_heads, dim, layers = config.num_heads, config.num_kv_heads, config.head_dim, config.num_layers
-    blocks = context // BLOCK_SIZE + 1
+    blocks = context // block_size + 1
     pool = 2 * blocks  # the sequence's blocks in a scattered order, as a shared pool hands them out
-    caches = [(torch.randn(pool, BLOCK_SIZE, kv_heads, dim, generator=g),
-               torch.randn(pool, BLOCK_SIZE, kv_heads, dim, generator=g)) for _ in range(layers)]
+    caches = [(torch.randn(pool, block_size, kv_heads, dim, generator=g),
+               torch.randn(pool, block_size, kv_heads, dim, generator=g)) for _ in range(layers)]
     table = torch.randperm(pool, generator=g)[:blocks][None].contiguous()
     q = torch.randn(1, heads, dim, generator=g)
     k, v = torch.randn(1, kv_heads, dim, generator=g), torch.randn(1, kv_heads, dim, generator=g)
-    slot = torch.tensor([int(table[0, context // BLOCK_SIZE]) * BLOCK_SIZE + context % BLOCK_SIZE])
+    slot = torch.tensor([int(table[0, context // block_size]) * block_size + context % block_size])
     seq, visible = torch.zeros(1, dtype=torch.int64), torch.tensor([context + 1])
     scale = dim ** -0.5
     previous = torch.get_num_threads()

@@ -368,7 +368,8 @@ def main() -> None:
     print(f"{args.model.name}: a decode step reads {ours / 1e6:.1f} MB of our loaded weights "
           f"({theirs / 1e6:.1f} MB of the file as stored); at the read bound: {read * 1e9 / ours:.1f} tok/s")
     print_breakdown(breakdown, rows)
-    attention = [attention_step(engine.model_config, c, args.threads, read) for c in contexts]
+    attention = [attention_step(engine.model_config, engine.config.block_size, c, args.threads, read)
+                 for c in contexts]
     if attention:
         print_attention(attention)
     print("JSON " + json.dumps({"cpu": info, "bandwidth": bandwidth, "step_weight_bytes": ours,

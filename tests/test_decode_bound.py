@@ -131,7 +131,7 @@ def test_the_attention_step_reads_every_layers_kv_rows(engine):
 
     config = engine.model_config
     threads = torch.get_num_threads()
-    row = attention_step(config, 40, threads=2, read_gb_s=10.0, repeats=1)
+    row = attention_step(config, engine.config.block_size, 40, threads=2, read_gb_s=10.0, repeats=1)
     # K and V rows of the 40 cached tokens and the new one, every KV head, every layer, float32
     assert row["kv_bytes"] == config.num_layers * 2 * 41 * config.num_kv_heads * config.head_dim * 4
     assert row["ms_per_token"] > 0 and row["gb_s"] == pytest.approx(row["kv_bytes"] / row["ms_per_token"] / 1e6)
