@@ -278,6 +278,16 @@ static inline void codes_repacked(int type, const uint8_t *g, uint8_t *c) {
     from_vectors(r, QK_K, c);
 }
 
+/* Where code p (0..63) of a Q5_0_R vector keeps its fifth bit in the vector's 64-bit word: code p is byte b of
+ * qword i of half h (p = 32h + 8i + b), its bit at 8b + 4 + i in half 0 and at 8b + i in half 1. The word broadcast
+ * to every qword and shifted right by i (half 0) or left by 4 - i (half 1) puts each code's bit at bit 4 of its
+ * byte: one variable shift and an and per 32 codes (bit p in p's place took AVX2 a broadcast from a general
+ * register, a byte shuffle, a compare and two ands). */
+static inline int q5r_bit(int p) {
+    const int h = p / 32, i = p % 32 / 8, b = p % 8;
+    return 8 * b + (h ? 0 : 4) + i;
+}
+
 /* the G blocks of Q5_0 at `blocks` (G = 4 or 8, stored) as one Q5_0_R group of G blocks at g (22 G bytes) */
 static void q5_0_group_pack(const uint8_t *blocks, int G, uint8_t *g) {
     uint8_t c[QK_K], r[QK_K];
@@ -291,7 +301,7 @@ static void q5_0_group_pack(const uint8_t *blocks, int G, uint8_t *g) {
     nibbles_pack(r, n, g + 2 * G);
     for (int v = 0; v < n / 64; v++) {
         uint64_t bits = 0;
-        for (int p = 0; p < 64; p++) bits |= (uint64_t)(r[64 * v + p] >> 4) << p;
+        for (int p = 0; p < 64; p++) bits |= (uint64_t)(r[64 * v + p] >> 4) << q5r_bit(p);
         memcpy(g + 18 * G + 8 * v, &bits, 8);
     }
 }
@@ -304,7 +314,7 @@ static void q5_0_group_codes(const uint8_t *g, int G, uint8_t *c) {
     for (int v = 0; v < n / 64; v++) {
         uint64_t bits;
         memcpy(&bits, g + 18 * G + 8 * v, 8);
-        for (int p = 0; p < 64; p++) r[64 * v + p] |= (uint8_t)(((bits >> p) & 1) << 4);
+        for (int p = 0; p < 64; p++) r[64 * v + p] |= (uint8_t)(((bits >> q5r_bit(p)) & 1) << 4);
     }
     from_vectors(r, n, c);
 }
@@ -1590,9 +1600,12 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
         for (int v = 0; v < G / 2; v++) {
             const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v)));
             const __m512i lo = nibbles_split(ql);
-            uint64_t bits;
+            int64_t bits;
             memcpy(&bits, g + 18 * G + 8 * v, 8);
-            const __m512i codes = _mm512_or_si512(lo, _mm512_maskz_mov_epi8((__mmask64)bits, _mm512_set1_epi8(0x10)));
+            const __m512i word = _mm512_set1_epi64(bits); /* q5r_bit's order: qwords 0-3 half 0, 4-7 half 1 */
+            const __m512i high = _mm512_mask_sllv_epi64(_mm512_srlv_epi64(word, _mm512_setr_epi64(0, 1, 2, 3, 0, 0, 0, 0)),
+                                                        0xF0, word, _mm512_setr_epi64(0, 0, 0, 0, 4, 3, 2, 1));
+            const __m512i codes = _mm512_or_si512(lo, _mm512_and_si512(high, _mm512_set1_epi8(0x10)));
             for (int r = 0; r < R; r++) {
                 const int8_t *av = a->qr + (m0 + r) * K + e + 64 * v;
                 isum[r] = _mm512_dpbusd_epi32(isum[r], codes, _mm512_load_si512((const void *)av));
@@ -1609,6 +1622,14 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
 #elif defined(KQ_SIMD)
 /* half H of a Q5_0_R group for R rows (lanes 8H .. 8H + 7: the low nibbles' codes, or the high ones'), from 2 rows:
  * R int16 sums live, not 2R (as kr256_pair_half); the accumulators wait in memory */
+/* half H's fifth bits from a vector's 64-bit word (q5r_bit's order) as 32 bytes, 0x10 where set */
+static inline __attribute__((always_inline)) __m256i q5r_high(const uint8_t *word, const int H) {
+    const __m256i w = _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)word));
+    return _mm256_and_si256(H ? _mm256_sllv_epi64(w, _mm256_setr_epi64x(4, 3, 2, 1))
+                              : _mm256_srlv_epi64(w, _mm256_setr_epi64x(0, 1, 2, 3)),
+                            _mm256_set1_epi8(0x10));
+}
+
 static inline __attribute__((always_inline)) void kr5_half(const int H, const act_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *g, const int G, int64_t e, __m256 scd, __m256 (*acc)[2]) {
     const int64_t nl = K / 8, lane0 = e / 16;
@@ -1617,9 +1638,8 @@ static inline __attribute__((always_inline)) void kr5_half(const int H, const ac
 #pragma GCC unroll 4
     for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
         const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
-        uint32_t bits;
-        memcpy(&bits, g + 18 * G + 8 * v + 4 * H, 4);
-        const __m256i c = _mm256_or_si256(_mm256_and_si256(H ? _mm256_srli_epi16(ql, 4) : ql, m4), bits_to_16(bits));
+        const __m256i c = _mm256_or_si256(_mm256_and_si256(H ? _mm256_srli_epi16(ql, 4) : ql, m4),
+                                          q5r_high(g + 18 * G + 8 * v, H));
         for (int r = 0; r < R; r++) {
             const int8_t *av = a->qr + (m0 + r) * K + e + 64 * v + 32 * H;
             i16[r] = v ? dot32_i16(i16[r], c, av) : _mm256_maddubs_epi16(c, _mm256_load_si256((const __m256i *)av));
@@ -1664,11 +1684,9 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
                 isum[h] = _mm256_loadu_si256((const __m256i *)(a->b16 + m0 * nl + lane0 + 8 * h));
             for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
                 const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
-                uint32_t bits[2];
-                memcpy(bits, g + 18 * G + 8 * v, 8);
                 const __m256i c[2] = {
-                    _mm256_or_si256(_mm256_and_si256(ql, m4), bits_to_16(bits[0])),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), bits_to_16(bits[1]))};
+                    _mm256_or_si256(_mm256_and_si256(ql, m4), q5r_high(g + 18 * G + 8 * v, 0)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), q5r_high(g + 18 * G + 8 * v, 1))};
                 for (int h = 0; h < 2; h++) i16[h] = dot32_i16(i16[h], c[h], a->qr + m0 * K + e + 64 * v + 32 * h);
             }
             for (int h = 0; h < 2; h++) {
