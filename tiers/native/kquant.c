@@ -1630,26 +1630,44 @@ static inline __attribute__((always_inline)) __m256i q5r_high(const uint8_t *wor
                             _mm256_set1_epi8(0x10));
 }
 
-static inline __attribute__((always_inline)) void kr5_half(const int H, const act_t *a, int64_t m0, const int R,
-        int64_t K, const uint8_t *g, const int G, int64_t e, __m256 scd, __m256 (*acc)[2]) {
-    const int64_t nl = K / 8, lane0 = e / 16;
+/* a tile's activation rows, found once per tile: computed again for every group of a weight row (4 groups at the
+ * 0.5B's K of 896), R rows' addresses moved through the stack, and 8 rows cost 7x one (4 rows 4x) on the AMD EPYC
+ * (throwaway driver, the 0.5B's qkv shape in cache, one thread) */
+typedef struct {
+    const int8_t *qr[KR_ROWS];
+    const int32_t *b16[KR_ROWS];
+    const float *da[KR_ROWS];
+} kr5_ptrs;
+
+static inline __attribute__((always_inline)) void kr5_rows_of(const act_t *a, int64_t m0, const int R, int64_t K,
+                                                              kr5_ptrs *p) {
+    for (int r = 0; r < R; r++) {
+        p->qr[r] = a->qr + (m0 + r) * K;
+        p->b16[r] = a->b16 + (m0 + r) * (K / 8);
+        p->da[r] = a->da + (m0 + r) * (K / 8);
+    }
+}
+
+static inline __attribute__((always_inline)) void kr5_half(const int H, const kr5_ptrs *p, const int R,
+        const uint8_t *g, const int G, int64_t e, __m256 scd, __m256 (*acc)[2]) {
+    const int64_t lane0 = e / 16;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i i16[KR_ROWS];
 #pragma GCC unroll 4
-    for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
+    for (int v = 0; v < G / 2; v++) {
         const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
         const __m256i c = _mm256_or_si256(_mm256_and_si256(H ? _mm256_srli_epi16(ql, 4) : ql, m4),
                                           q5r_high(g + 18 * G + 8 * v, H));
         for (int r = 0; r < R; r++) {
-            const int8_t *av = a->qr + (m0 + r) * K + e + 64 * v + 32 * H;
+            const int8_t *av = p->qr[r] + e + 64 * v + 32 * H;
             i16[r] = v ? dot32_i16(i16[r], c, av) : _mm256_maddubs_epi16(c, _mm256_load_si256((const __m256i *)av));
             KR256_PIN(i16[r]);
         }
     }
     for (int r = 0; r < R; r++) {
-        const int64_t l = (m0 + r) * nl + lane0 + 8 * H;
-        const __m256i isum = widen_add(_mm256_loadu_si256((const __m256i *)(a->b16 + l)), i16[r]);
-        const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(a->da + l));
+        const int64_t l = lane0 + 8 * H;
+        const __m256i isum = widen_add(_mm256_loadu_si256((const __m256i *)(p->b16[r] + l)), i16[r]);
+        const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(p->da[r] + l));
         acc[r][H] = _mm256_fmadd_ps(t, scd, acc[r][H]);
     }
 }
@@ -1657,9 +1675,9 @@ static inline __attribute__((always_inline)) void kr5_half(const int H, const ac
 /* weight row n for R activation rows, its accumulators folded into folded[r][t] (folded_store sums 8 rows at once).
  * One row takes both halves together; from 2 rows one half at a time (kr5_half): both together, GCC kept most of the
  * 4R sums on the stack, and 2 rows cost 1.9x one on the AMD EPYC (throwaway driver, 0.5B's gate_up in cache). */
-static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
+static inline __attribute__((always_inline)) void kr5_rows(const kr5_ptrs *p, const int R, int64_t K,
         const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
-    const int64_t rb = row_bytes(T_Q5_0_R, K), nl = K / 8;
+    const int64_t rb = row_bytes(T_Q5_0_R, K);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[KR_ROWS][2];
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -1675,24 +1693,24 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
                                                 : _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3))};
         if (R > 1) {
             __asm__ volatile("" ::: "memory");
-            kr5_half(0, a, m0, R, K, g, G, e, scd[0], acc);
+            kr5_half(0, p, R, g, G, e, scd[0], acc);
             __asm__ volatile("" ::: "memory");
-            kr5_half(1, a, m0, R, K, g, G, e, scd[1], acc);
+            kr5_half(1, p, R, g, G, e, scd[1], acc);
         } else {
             __m256i isum[2], i16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             for (int h = 0; h < 2; h++)
-                isum[h] = _mm256_loadu_si256((const __m256i *)(a->b16 + m0 * nl + lane0 + 8 * h));
+                isum[h] = _mm256_loadu_si256((const __m256i *)(p->b16[0] + lane0 + 8 * h));
             for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
                 const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
                 const __m256i c[2] = {
                     _mm256_or_si256(_mm256_and_si256(ql, m4), q5r_high(g + 18 * G + 8 * v, 0)),
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), q5r_high(g + 18 * G + 8 * v, 1))};
-                for (int h = 0; h < 2; h++) i16[h] = dot32_i16(i16[h], c[h], a->qr + m0 * K + e + 64 * v + 32 * h);
+                for (int h = 0; h < 2; h++) i16[h] = dot32_i16(i16[h], c[h], p->qr[0] + e + 64 * v + 32 * h);
             }
             for (int h = 0; h < 2; h++) {
                 isum[h] = widen_add(isum[h], i16[h]);
                 const __m256 tt = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[h]),
-                                                _mm256_loadu_ps(a->da + m0 * nl + lane0 + 8 * h));
+                                                _mm256_loadu_ps(p->da[0] + lane0 + 8 * h));
                 acc[0][h] = _mm256_fmadd_ps(tt, scd[h], acc[0][h]);
             }
         }
@@ -1756,7 +1774,9 @@ static inline __attribute__((always_inline)) void kr5_tile(const act_t *a, int64
         const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
 #if defined(KQ_SIMD) && !defined(KQ_VNNI)
     __m256 folded[KR_ROWS][KQ_CHUNK];
-    for (int64_t t = 0; t < NT; t++) kr5_rows(a, m0, R, K, w, n0 + t, folded, t);
+    kr5_ptrs p;
+    kr5_rows_of(a, m0, R, K, &p);
+    for (int64_t t = 0; t < NT; t++) kr5_rows(&p, R, K, w, n0 + t, folded, t);
     folded_store(R, NT, folded, out + m0 * ldo + n0, ldo);
 #else
     for (int64_t t = 0; t < NT; t++) kr5_rows(a, m0, R, K, w, n0 + t, out, ldo);
