@@ -18,6 +18,7 @@ def attention_step(config: Any, block_size: int, context: int, threads: int, rea
                    repeats: int = 5, seed: int = 0) -> dict[str, Any]:
     """Times one decode token's attention over all layers of `config` (a ModelConfig) at `context` cached tokens,
     in KV blocks of `block_size` tokens (the engine's)."""
+    from tiers.engine.kv_cache import KVCache
     from tiers.native import native_library
     from tiers.native.ops import paged_attention
 
@@ -28,8 +29,10 @@ def attention_step(config: Any, block_size: int, context: int, threads: int, rea
     heads, kv_heads, dim, layers = config.num_heads, config.num_kv_heads, config.head_dim, config.num_layers
     blocks = context // block_size + 1
     pool = 2 * blocks  # the sequence's blocks in a scattered order, as a shared pool hands them out
-    caches = [(torch.randn(pool, block_size, kv_heads, dim, generator=g),
-               torch.randn(pool, block_size, kv_heads, dim, generator=g)) for _ in range(layers)]
+    kv = KVCache(config, pool, block_size, torch.float32, torch.device("cpu"))  # allocated as the engine's
+    kv.k_cache.normal_(generator=g)
+    kv.v_cache.normal_(generator=g)
+    caches = kv.layers
     table = torch.randperm(pool, generator=g)[:blocks][None].contiguous()
     q = torch.randn(1, heads, dim, generator=g)
     k, v = torch.randn(1, kv_heads, dim, generator=g), torch.randn(1, kv_heads, dim, generator=g)

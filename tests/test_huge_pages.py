@@ -116,3 +116,22 @@ def test_loaded_weights_are_on_huge_pages():
     assert torch.equal(selected.parts[0][1], fused.parts[0][1].flip(0))
     assert torch.equal(records, pack_w8(q, scales.unsqueeze(1).expand(4096, 1024 // 32)))
     assert torch.equal(head.rows[:2048], linear.weight[:2048].detach())
+
+
+@needs_thp
+def test_the_cpu_kv_cache_is_zeros_on_huge_pages():
+    """A decode at a long context streams every layer's K and V rows from blocks scattered over the pool."""
+    from types import SimpleNamespace
+
+    from tiers.engine.kv_cache import KVCache
+
+    config = SimpleNamespace(num_layers=3, num_kv_heads=2, head_dim=32)  # the fields a KV cache reads
+    cache = KVCache(config, num_blocks=300, block_size=16, dtype=torch.float32, device=torch.device("cpu"))
+    for t in (cache.k_cache, cache.v_cache):
+        assert t.shape == (3, 300, 16, 2, 32) and t.is_contiguous() and not t.any()
+        start, end = _span(t)
+        whole = (end - start) // HUGE_PAGE * HUGE_PAGE
+        assert start % HUGE_PAGE == 0 and whole > 0 and _advised_bytes(start, start + whole) == whole
+    k, v = cache.layers[1]
+    k[2, 3] = 1.0
+    assert cache.k_cache[1, 2, 3].eq(1.0).all() and cache.k_cache.sum() == 2 * 32 and not v.any()
