@@ -1603,8 +1603,8 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
             int64_t bits;
             memcpy(&bits, g + 18 * G + 8 * v, 8);
             const __m512i word = _mm512_set1_epi64(bits); /* q5r_bit's order: qwords 0-3 half 0, 4-7 half 1 */
-            const __m512i high = _mm512_mask_sllv_epi64(_mm512_srlv_epi64(word, _mm512_setr_epi64(0, 1, 2, 3, 0, 0, 0, 0)),
-                                                        0xF0, word, _mm512_setr_epi64(0, 0, 0, 0, 4, 3, 2, 1));
+            const __m512i right = _mm512_srlv_epi64(word, _mm512_setr_epi64(0, 1, 2, 3, 0, 0, 0, 0));
+            const __m512i high = _mm512_mask_sllv_epi64(right, 0xF0, word, _mm512_setr_epi64(0, 0, 0, 0, 4, 3, 2, 1));
             const __m512i codes = _mm512_or_si512(lo, _mm512_and_si512(high, _mm512_set1_epi8(0x10)));
             for (int r = 0; r < R; r++) {
                 const int8_t *av = a->qr + (m0 + r) * K + e + 64 * v;
@@ -1631,7 +1631,7 @@ static inline __attribute__((always_inline)) __m256i q5r_high(const uint8_t *wor
 }
 
 /* a tile's activation rows, found once per tile: computed again for every group of a weight row (4 groups at the
- * 0.5B's K of 896), R rows' addresses moved through the stack, and 8 rows cost 7x one (4 rows 4x) on the AMD EPYC
+ * 0.5B's K of 896), R rows' addresses moved through the stack, and 8 rows cost 8x one (4 rows 3x) on the AMD EPYC
  * (throwaway driver, the 0.5B's qkv shape in cache, one thread) */
 typedef struct {
     const int8_t *qr[KR_ROWS];
@@ -1654,7 +1654,7 @@ static inline __attribute__((always_inline)) void kr5_half(const int H, const kr
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i i16[KR_ROWS];
 #pragma GCC unroll 4
-    for (int v = 0; v < G / 2; v++) {
+    for (int v = 0; v < G / 2; v++) { /* 5-bit codes: up to 4 vectors in int16 */
         const __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v));
         const __m256i c = _mm256_or_si256(_mm256_and_si256(H ? _mm256_srli_epi16(ql, 4) : ql, m4),
                                           q5r_high(g + 18 * G + 8 * v, H));
