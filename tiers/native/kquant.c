@@ -1620,8 +1620,6 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
     for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = sum512(acc[r]) + 0.0f;
 }
 #elif defined(KQ_SIMD)
-/* half H of a Q5_0_R group for R rows (lanes 8H .. 8H + 7: the low nibbles' codes, or the high ones'), from 2 rows:
- * R int16 sums live, not 2R (as kr256_pair_half); the accumulators wait in memory */
 /* half H's fifth bits from a vector's 64-bit word (q5r_bit's order) as 32 bytes, 0x10 where set */
 static inline __attribute__((always_inline)) __m256i q5r_high(const uint8_t *word, const int H) {
     const __m256i w = _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)word));
@@ -1648,6 +1646,8 @@ static inline __attribute__((always_inline)) void kr5_rows_of(const act_t *a, in
     }
 }
 
+/* half H of a Q5_0_R group for R rows (lanes 8H .. 8H + 7: the low nibbles' codes, or the high ones'), from 2 rows:
+ * R int16 sums live, not 2R (as kr256_pair_half); the accumulators wait in memory */
 static inline __attribute__((always_inline)) void kr5_half(const int H, const kr5_ptrs *p, const int R,
         const uint8_t *g, const int G, int64_t e, __m256 scd, __m256 (*acc)[2]) {
     const int64_t lane0 = e / 16;
