@@ -205,6 +205,41 @@ def test_paged_attention_gives_a_token_the_same_bits_alone_or_with_others(head_d
             torch.testing.assert_close(together[0][i, head], weights @ values[:, head // 3], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_paged_attention_at_a_long_context_gives_the_same_bits_however_the_threads_share_it(variant):
+    """Past 4 key tiles the threads split a decode's keys (each tile's softmax folded into the others in key order),
+    a prefill chunk goes by runs of tokens and a short context by heads: a token gets the same bits in a 1,100-token
+    prefill (5 tiles at its end), in a decode alone or beside another sequence's, on 1 to 4 threads; the values are
+    softmax(q K^T scale) V computed by torch."""
+    if variant == "avx2" and "avx2" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU has no AVX2")
+    torch.manual_seed(5)
+    h, hkv, d, bs, num_blocks, length = 6, 2, 64, 16, 160, 1100
+    tables = torch.tensor([list(range(0, 160, 2)), list(range(1, 161, 2))], dtype=torch.int64)
+    slot = lambda seq, p: int(tables[seq, p // bs]) * bs + p % bs  # noqa: E731
+    caches = [torch.randn(num_blocks, bs, hkv, d) for _ in range(2)]
+    q, k, v = torch.randn(length, h, d), torch.randn(length, hkv, d), torch.randn(length, hkv, d)
+    native = build_library(VARIANTS[variant])
+    slots, visible = [slot(0, p) for p in range(length)], [p + 1 for p in range(length)]
+    prefill = [_attend(native, q, k, v, [c.clone() for c in caches], slots, [0] * length, visible, tables, threads)
+               for threads in (1, 2)]
+    assert torch.equal(prefill[0], prefill[1])
+    written = [c.clone() for c in caches]
+    _attend(native, q, k, v, written, slots, [0] * length, visible, tables)
+    for p in (0, 255, 256, 700, 1023, 1024, 1099):
+        for threads in (1, 2, 3, 4):
+            alone = _attend(native, q[p:p + 1], k[p:p + 1], v[p:p + 1], written, slots[p:p + 1], [0], [p + 1],
+                            tables, threads)
+            beside = _attend(native, torch.cat([q[p:p + 1], q[:1]]), torch.cat([k[p:p + 1], k[:1]]),
+                             torch.cat([v[p:p + 1], v[:1]]), written, [slots[p], slot(1, 900)], [0, 1],
+                             [p + 1, 901], tables, threads)
+            assert torch.equal(alone[0], prefill[0][p]) and torch.equal(beside[0], prefill[0][p]), (p, threads)
+        keys, values = written[0].view(-1, hkv, d)[slots[:p + 1]], written[1].view(-1, hkv, d)[slots[:p + 1]]
+        for head in range(h):
+            weights = torch.softmax(keys[:, head // 3] @ q[p, head] * 0.125, dim=0)
+            torch.testing.assert_close(prefill[0][p, head], weights @ values[:, head // 3], rtol=1e-5, atol=1e-5)
+
+
 def test_one_call_layer_equals_the_native_ops_one_by_one(llama_path):
     engine = Engine.from_pretrained(llama_path, quantization="int4", quantization_group_size=32, max_model_len=128)
     layers = engine.runner.model.layers

@@ -10,6 +10,9 @@
 #if defined(__AVX512F__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 /* out[m] = w * (x[m] * rsqrt(mean(x[m]^2) + eps)), torch's order of operations but for the sum of squares: 16
  * partial sums by element position (vectorised; one running sum was a chain of K dependent additions, 13 us for a
@@ -192,7 +195,8 @@ static inline vf16 vf16_sums16(const vf16 *a) {
 }
 
 #define QUERIES_MAX 64 /* query vectors (a run's tokens x a task's heads) sharing one read of the K / V rows */
-#define KV_AHEAD 4     /* K / V rows prefetched ahead of the one in use */
+#define KV_AHEAD 8     /* V rows prefetched ahead of the one in use */
+#define KV_GROUP 8     /* V rows weighed per pass over a query's sum */
 #define KV_TILE 256    /* keys scored before their V rows are weighed: tiles at fixed positions 0, 256, ... */
 
 static inline void prefetch_bytes(const float *row, int64_t n) {
@@ -297,28 +301,47 @@ static inline void add_rows(float *acc, const float *const *v, const float *e, i
         for (int d = 0; d < D; d++) acc[d] = MADD(e[j], v[j][d], acc[d]);
 }
 
-/* one lane's tile of scores s[0 .. n-1] (the keys it sees of the tile): the running max `top` raised to the
- * tile's, the running sum scaled by e^(old max - new max) (returned: 1 where the max did not move; the caller
- * scales the weighted V by it), the scores replaced by e^(score - max) and added to the sum in 16 partial sums
- * by key position, then in a fixed order */
-static float tile_softmax(float *s, int64_t n, float *top, float *total) {
+#if defined(__FMA__)
+/* add_rows for D a multiple of 8 with 8 ymm of acc held over all n rows (up to 64 of its floats at a time): the same
+ * FMAs in the same order per float (row by row), so the same bits */
+static inline void add_rows8(float *acc, const float *const *v, const float *e, int n, int D) {
+    int d0 = 0;
+    for (; d0 + 64 <= D; d0 += 64) {
+        __m256 a[8];
+        for (int c = 0; c < 8; c++) a[c] = _mm256_loadu_ps(acc + d0 + 8 * c);
+        for (int j = 0; j < n; j++) {
+            const __m256 ej = _mm256_set1_ps(e[j]);
+            for (int c = 0; c < 8; c++) a[c] = _mm256_fmadd_ps(ej, _mm256_loadu_ps(v[j] + d0 + 8 * c), a[c]);
+        }
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(acc + d0 + 8 * c, a[c]);
+    }
+    if (d0 < D) {
+        const float *rest[KV_GROUP];
+        for (int j = 0; j < n; j++) rest[j] = v[j] + d0;
+        add_rows(acc + d0, rest, e, n, D - d0);
+    }
+}
+#endif
+
+/* one query's tile of scores s[0 .. n-1] (the keys it sees of the tile), replaced by e^(score - max) with max the
+ * tile's own; returns the max and sets *sum to the exponentials' sum, added in 16 partial sums by key position, then
+ * in a fixed order */
+static float tile_softmax(float *s, int64_t n, float *sum) {
     float m16[16];
     int64_t j16 = 0;
 #if defined(__AVX__)
     /* lanes j % 16 as below: maxps(a, b) is a > b ? a : b, the scalar select's own rule (NaN and zeros alike) */
-    __m256 mv[2] = {_mm256_set1_ps(*top), _mm256_set1_ps(*top)};
+    __m256 mv[2] = {_mm256_set1_ps(-INFINITY), _mm256_set1_ps(-INFINITY)};
     for (; j16 + 16 <= n; j16 += 16)
         for (int h = 0; h < 2; h++) mv[h] = _mm256_max_ps(_mm256_loadu_ps(s + j16 + 8 * h), mv[h]);
     _mm256_storeu_ps(m16, mv[0]);
     _mm256_storeu_ps(m16 + 8, mv[1]);
 #else
-    for (int i = 0; i < 16; i++) m16[i] = *top;
+    for (int i = 0; i < 16; i++) m16[i] = -INFINITY;
 #endif
     for (int64_t j = j16; j < n; j++) m16[j % 16] = s[j] > m16[j % 16] ? s[j] : m16[j % 16];
     float m = m16[0];
     for (int i = 1; i < 16; i++) m = m16[i] > m ? m16[i] : m;
-    const float rescale = m == *top ? 1.0f : exp_vec(*top - m);
-    *top = m;
     vf8 lanes[2] = {vf8_splat(0.0f), vf8_splat(0.0f)};
     int64_t j = 0;
     for (; j + 16 <= n; j += 16)
@@ -334,10 +357,153 @@ static float tile_softmax(float *s, int64_t n, float *top, float *total) {
         s[j] = exp_vec(s[j] - m);
         part[j % 16] += s[j];
     }
-    float sum = 0.0f;
-    for (int i = 0; i < 16; i++) sum += part[i];
-    *total = *total * rescale + sum;
-    return rescale;
+    float total = 0.0f;
+    for (int i = 0; i < 16; i++) total += part[i];
+    *sum = total;
+    return m;
+}
+
+/* A query's softmax-weighted sum so far, [max, sum, D weighted V floats] (a tile's alone in the same form). A tile
+ * is folded in as flash attention's running max and sum do: each side scaled by e^(its max - the larger). The tiles
+ * of a query are folded in key order, by the task that computed them or after all tasks, with the same operations:
+ * the same bits. A state's sum is NOTHING while it holds no tile (a tile's sum is >= 1, its max's own e^0, or NaN). */
+#define ATT_MAX 0
+#define ATT_SUM 1
+#define ATT_ACC 2
+#define NOTHING -1.0f
+#define PARTS_MAX (1 << 20) /* floats of KEYS' tiles' results (4 MB) */
+static inline void fold_tile(float *state, const float *tile, int D) {
+    if (state[ATT_SUM] == NOTHING) {
+        memcpy(state, tile, sizeof(float) * (size_t)(D + ATT_ACC));
+        return;
+    }
+    const float top = tile[ATT_MAX] > state[ATT_MAX] ? tile[ATT_MAX] : state[ATT_MAX];
+    const float a = exp_vec(state[ATT_MAX] - top), b = exp_vec(tile[ATT_MAX] - top);
+    state[ATT_MAX] = top;
+    state[ATT_SUM] = MADD(tile[ATT_SUM], b, state[ATT_SUM] * a);
+    for (int d = 0; d < D; d++) state[ATT_ACC + d] = MADD(tile[ATT_ACC + d], b, state[ATT_ACC + d] * a);
+}
+
+/* a query's result from its state: the weighted sum over the sum (NaN without keys, as 0 / 0 would be) */
+static inline void attention_result(const float *state, int D, float *o) {
+    for (int d = 0; d < D; d++) o[d] = state[ATT_SUM] == NOTHING ? NAN : state[ATT_ACC + d] / state[ATT_SUM];
+}
+
+/* what every task reads: the call's arguments, and how its tokens fall in runs */
+typedef struct {
+    const float *q, *k_cache, *v_cache;
+    int64_t q_stride, kv_row, max_blocks;
+    const int64_t *token_seq, *visible, *block_tables, *run_start;
+    int num_heads, group, D, block_size;
+    float scale;
+    float *out;
+} attention_call;
+
+/* a thread's scratch, for up to nq queries */
+typedef struct {
+    float *qs, *scores, *tiles, *states;
+    int64_t *vis;
+} attention_scratch;
+
+static int scratch_alloc(attention_scratch *s, int64_t nq, int D) {
+    const int64_t dp = (D + 15) / 16 * 16, w = D + ATT_ACC;
+    s->qs = (float *)malloc(sizeof(float) * nq * dp);
+    s->scores = (float *)malloc(sizeof(float) * nq * (KV_TILE + 16));
+    s->tiles = (float *)malloc(sizeof(float) * nq * w);
+    s->states = (float *)malloc(sizeof(float) * nq * w);
+    s->vis = (int64_t *)malloc(sizeof(int64_t) * nq);
+    return s->qs && s->scores && s->tiles && s->states && s->vis ? 0 : -1;
+}
+
+static void scratch_free(attention_scratch *s) {
+    free(s->qs);
+    free(s->scores);
+    free(s->tiles);
+    free(s->states);
+    free(s->vis);
+}
+
+/* Tiles [ta, tb) of run `run` for query heads [hp0, hp0 + nh) of each of KV heads [kv0, kv0 + nkv): queries in
+ * the order (KV head, token, head). Each tile's K rows are read once for all of them (a row's KV heads side by
+ * side: one thread reading a whole row streams faster than two threads reading a head each), then its V rows.
+ * With `parts` NULL the tiles are folded into each query's state and the result written to out; otherwise tile t of
+ * query l goes to parts + (t * nq + l) * (D + 2), its sum NOTHING where the query sees none of it. */
+static void attend_tiles(const attention_call *c, int64_t run, int kv0, int nkv, int hp0, int nh, int64_t ta,
+                         int64_t tb, attention_scratch *s, float *parts) {
+    const int D = c->D;
+    const int64_t dp = (D + 15) / 16 * 16, w = D + ATT_ACC;
+    const int64_t i0 = c->run_start[run], tg = c->run_start[run + 1] - i0, per_kv = tg * nh, nq = nkv * per_kv;
+    const int64_t *table = c->block_tables + c->token_seq[i0] * c->max_blocks;
+    int64_t len = 0;
+    for (int64_t l = 0; l < nq; l++) {
+        const int64_t u = l % per_kv / nh, head = (int64_t)(kv0 + l / per_kv) * c->group + hp0 + l % nh;
+        s->vis[l] = c->visible[i0 + u];
+        len = s->vis[l] > len ? s->vis[l] : len;
+        memset(s->qs + l * dp, 0, sizeof(float) * dp);
+        memcpy(s->qs + l * dp, c->q + (i0 + u) * c->q_stride + head * D, sizeof(float) * D);
+        s->states[l * w + ATT_SUM] = NOTHING;
+    }
+    int64_t off[KV_TILE + 32]; /* where a tile's rows start, and the 32 after it, for the prefetches */
+    for (int64_t t = ta; t < tb && t * KV_TILE < len; t++) {
+        const int64_t t0 = t * KV_TILE, n = len - t0 < KV_TILE ? len - t0 : KV_TILE;
+        row_offsets(table, t0, len - t0 < n + 32 ? len - t0 : n + 32, c->block_size, c->kv_row, kv0, D, off);
+        for (int64_t j0 = 0; j0 < n; j0 += 16) {
+            for (int64_t f = t0 + j0 + 16; f < t0 + j0 + 32 && f < len; f++)
+                prefetch_bytes(c->k_cache + off[f - t0], nkv * D);
+            for (int kv = 0; kv < nkv; kv++) {
+                const float *krow[16];
+                for (int j = 0; j < 16; j++) /* past the tile: its last row again, scored and not used */
+                    krow[j] = c->k_cache + off[j0 + j < n ? j0 + j : n - 1] + kv * D;
+                for (int64_t l = kv * per_kv; l < (kv + 1) * per_kv; l++)
+                    if (s->vis[l] > t0 + j0)
+                        block_scores(s->qs + l * dp, D, krow, c->scale, s->scores + l * KV_TILE + j0);
+            }
+        }
+        for (int64_t l = 0; l < nq; l++) {
+            const int64_t seen = s->vis[l] - t0 < n ? s->vis[l] - t0 : n;
+            float *tile = s->tiles + l * w;
+            if (seen <= 0) {
+                tile[ATT_SUM] = NOTHING;
+                continue;
+            }
+            tile[ATT_MAX] = tile_softmax(s->scores + l * KV_TILE, seen, tile + ATT_SUM);
+            memset(tile + ATT_ACC, 0, sizeof(float) * D);
+        }
+        for (int64_t j0 = 0; j0 < n; j0 += KV_GROUP) {
+            const int mg = n - j0 < KV_GROUP ? (int)(n - j0) : KV_GROUP;
+            for (int j = 0; j < mg; j++)
+                if (t0 + j0 + j + KV_AHEAD < len) prefetch_bytes(c->v_cache + off[j0 + j + KV_AHEAD], nkv * D);
+            for (int kv = 0; kv < nkv; kv++) {
+                const float *rows[KV_GROUP];
+                for (int j = 0; j < mg; j++) rows[j] = c->v_cache + off[j0 + j] + kv * D;
+                for (int64_t l = kv * per_kv; l < (kv + 1) * per_kv; l++) {
+                    const int64_t seen = s->vis[l] - t0 - j0;
+                    const int m = seen < mg ? (int)seen : mg;
+                    if (m <= 0) continue;
+#if defined(__FMA__)
+                    if (D % 8 == 0) {
+                        add_rows8(s->tiles + l * w + ATT_ACC, rows, s->scores + l * KV_TILE + j0, m, D);
+                        continue;
+                    }
+#endif
+                    add_rows(s->tiles + l * w + ATT_ACC, rows, s->scores + l * KV_TILE + j0, m, D);
+                }
+            }
+        }
+        for (int64_t l = 0; l < nq; l++) {
+            if (parts)
+                memcpy(parts + (t * nq + l) * w, s->tiles + l * w, sizeof(float) * w);
+            else if (s->tiles[l * w + ATT_SUM] != NOTHING)
+                fold_tile(s->states + l * w, s->tiles + l * w, D);
+        }
+    }
+    if (parts) return;
+    for (int64_t l = 0; l < nq; l++) {
+        const int64_t u = l % per_kv / nh, head = (int64_t)(kv0 + l / per_kv) * c->group + hp0 + l % nh;
+        const float *st = s->states + l * w;
+        float *o = c->out + ((i0 + u) * c->num_heads + head) * (int64_t)D;
+        attention_result(st, D, o);
+    }
 }
 
 /* Paged attention for any step (a token's result does not depend on how its sequence was chunked or batched, or on
@@ -346,19 +512,21 @@ static float tile_softmax(float *s, int64_t n, float *top, float *total) {
  *   out[i, h] = softmax(scale * q[i, h] . K^T) V over the first visible[i] tokens of sequence token_seq[i],
  * KV head h / (H / Hkv), the tokens found through block_tables[token_seq[i]] ([num_seqs, max_blocks]).
  * q, k, v: row i at q + i * q_stride (H heads of D), k + i * k_stride, v + i * v_stride (Hkv heads of D).
- * A task is a run of consecutive tokens of one sequence (a decode token, a verification's k + 1, a prefill chunk
- * cut in runs) with the query heads of one KV head, or a part of them while the runs and KV heads alone give the
- * threads too few tasks: each K and V row is read once for all of the task's queries. Keys go in tiles of
- * KV_TILE (flash attention's running max and sum); a query's arithmetic is the same whatever the task holds.
+ * Keys go in tiles of KV_TILE at fixed positions 0, KV_TILE, ...; a query's tiles are computed alike by any task and
+ * folded in key order (fold_tile). A run is consecutive tokens of one sequence (a decode token, a verification's
+ * k + 1, a prefill chunk cut in runs). The threads share the work one of three ways:
+ *   RUNS:  many runs: a task is a run, all heads, all tiles;
+ *   KEYS:  few runs, long contexts: each thread a contiguous share of the runs' tiles, all heads, each tile's
+ *          result kept apart and folded once all are done (a decode at 4,096 tokens: each thread streams whole K /
+ *          V rows, where a KV head per thread read each row's halves and half as fast);
+ *   HEADS: few runs, short contexts: a task is a run's query heads of one KV head, or a part of them.
  * Returns 0, or -1 when memory ran out. */
 int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_t k_stride, const float *v,
                         int64_t v_stride, float *k_cache, float *v_cache, const int64_t *slot_mapping,
                         int64_t num_tokens, const int64_t *token_seq, const int64_t *visible,
                         const int64_t *block_tables, int64_t max_blocks, int num_heads, int num_kv_heads,
                         int head_dim, int block_size, float scale, float *out, int nthreads) {
-    const int64_t kv_row = (int64_t)num_kv_heads * head_dim;
-    const int D = head_dim;
-    const int64_t dp = (D + 15) / 16 * 16;
+    const int64_t kv_row = (int64_t)num_kv_heads * head_dim, w = head_dim + ATT_ACC;
     for (int64_t i = 0; i < num_tokens; i++) {
         memcpy(k_cache + slot_mapping[i] * kv_row, k + i * k_stride, sizeof(float) * kv_row);
         memcpy(v_cache + slot_mapping[i] * kv_row, v + i * v_stride, sizeof(float) * kv_row);
@@ -366,97 +534,105 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
     const int group = num_heads / num_kv_heads;
     int64_t work = 0;
     for (int64_t i = 0; i < num_tokens; i++) work += visible[i];
-    int64_t *run_start = (int64_t *)malloc(sizeof(int64_t) * (num_tokens + 1));
+    /* per run: its first token, its first tile among all runs' (and the total after the last), its longest query's
+     * keys, and where KEYS keeps its tiles' results */
+    int64_t *run_start = (int64_t *)malloc(sizeof(int64_t) * 4 * (num_tokens + 1));
     if (!run_start) return -1;
-    /* runs of at most run_max tokens; the query heads of a KV head cut in parts of `per` while there are fewer
-     * tasks than threads */
-    int64_t runs = 0, per = group, run_max = 1;
-    for (int pass = 0; pass < 2; pass++) {
-        run_max = QUERIES_MAX / per > 1 ? QUERIES_MAX / per : 1;
-        runs = 0;
-        for (int64_t i = 0; i < num_tokens; i++)
-            if (i == 0 || token_seq[i] != token_seq[i - 1] || i - run_start[runs - 1] >= run_max)
-                run_start[runs++] = i;
-        run_start[runs] = num_tokens;
-        int64_t split = ((int64_t)nthreads + runs * num_kv_heads - 1) / (runs * num_kv_heads);
-        split = split < 1 ? 1 : split > group ? group : split;
-        per = (group + split - 1) / split;
+    int64_t *run_tiles = run_start + (num_tokens + 1), *run_keys = run_tiles + (num_tokens + 1);
+    int64_t *part_base = run_keys + (num_tokens + 1);
+    /* runs of at most run_max tokens (QUERIES_MAX query vectors per KV head) */
+    const int64_t run_max = QUERIES_MAX / group > 1 ? QUERIES_MAX / group : 1;
+    int64_t runs = 0, tiles = 0, part_floats = 0;
+    for (int64_t i = 0; i < num_tokens; i++)
+        if (i == 0 || token_seq[i] != token_seq[i - 1] || i - run_start[runs - 1] >= run_max) run_start[runs++] = i;
+    run_start[runs] = num_tokens;
+    for (int64_t r = 0; r < runs; r++) {
+        int64_t len = 0;
+        for (int64_t i = run_start[r]; i < run_start[r + 1]; i++) len = visible[i] > len ? visible[i] : len;
+        const int64_t n = (len + KV_TILE - 1) / KV_TILE;
+        run_tiles[r] = tiles, run_keys[r] = len, part_base[r] = part_floats;
+        tiles += n;
+        part_floats += n * (run_start[r + 1] - run_start[r]) * num_heads * w;
     }
-    const int64_t parts = (group + per - 1) / per, tasks = runs * num_kv_heads * parts, nq_max = run_max * per;
+    run_tiles[runs] = tiles;
+    const int keys = tiles >= 2 * (int64_t)nthreads && part_floats <= PARTS_MAX;
+    /* HEADS: the query heads of a KV head cut in parts of `per` while the runs and KV heads are too few tasks */
+    int64_t split = ((int64_t)nthreads + runs * num_kv_heads - 1) / (runs * num_kv_heads);
+    split = split < 1 ? 1 : split > group ? group : split;
+    const int per = (int)((group + split - 1) / split), nparts = (group + per - 1) / per;
+    const int heads = !keys && runs < 2 * (int64_t)nthreads;
+    const int64_t tasks = heads ? runs * num_kv_heads * nparts : runs;
+    float *parts = keys ? (float *)malloc(sizeof(float) * (size_t)part_floats) : NULL;
+    if (keys && !parts) {
+        free(run_start);
+        return -1;
+    }
+    const attention_call c = {q, k_cache, v_cache, q_stride, kv_row, max_blocks, token_seq, visible, block_tables,
+                              run_start, num_heads, group, head_dim, block_size, scale, out};
     int failed = 0;
 #pragma omp parallel num_threads(nthreads) if (work * num_heads * head_dim >= 32768)
     {
-        float *qs = (float *)malloc(sizeof(float) * nq_max * dp);
-        float *scores = (float *)malloc(sizeof(float) * nq_max * (KV_TILE + 16));
-        float *acc = (float *)malloc(sizeof(float) * nq_max * D);
-        float *top = (float *)malloc(sizeof(float) * nq_max), *total = (float *)malloc(sizeof(float) * nq_max);
-        int64_t *vis = (int64_t *)malloc(sizeof(int64_t) * nq_max);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < tasks; task++) {
-            if (!qs || !scores || !acc || !top || !total || !vis) {
+        attention_scratch s;
+        const int ok = scratch_alloc(&s, heads ? run_max * per : run_max * num_heads, head_dim) == 0;
+        if (!ok) {
 #pragma omp atomic write
-                failed = 1;
-                continue; /* every thread still takes part in the loop */
-            }
-            const int64_t run = task / (num_kv_heads * parts), i0 = run_start[run], tg = run_start[run + 1] - i0;
-            const int kvh = (int)(task / parts % num_kv_heads), h0 = kvh * group + (int)(task % parts) * per;
-            const int nh = h0 + per <= (kvh + 1) * group ? (int)per : (kvh + 1) * group - h0;
-            const int64_t nq = tg * nh, *table = block_tables + token_seq[i0] * max_blocks;
-            int64_t off[KV_TILE + 32]; /* a tile's rows and the 32 after it, for the prefetches */
-            int64_t len = 0;
-            for (int64_t l = 0; l < nq; l++) {
-                vis[l] = visible[i0 + l / nh];
-                len = vis[l] > len ? vis[l] : len;
-                memset(qs + l * dp, 0, sizeof(float) * dp);
-                memcpy(qs + l * dp, q + (i0 + l / nh) * q_stride + (int64_t)(h0 + l % nh) * D, sizeof(float) * D);
-                top[l] = -INFINITY, total[l] = 0.0f;
-            }
-            memset(acc, 0, sizeof(float) * nq * D);
-            for (int64_t t0 = 0; t0 < len; t0 += KV_TILE) {
-                const int64_t n = len - t0 < KV_TILE ? len - t0 : KV_TILE;
-                row_offsets(table, t0, len - t0 < n + 32 ? len - t0 : n + 32, block_size, kv_row, kvh, D, off);
-                for (int64_t j0 = 0; j0 < n; j0 += 16) {
-                    const float *krow[16];
-                    for (int j = 0; j < 16; j++) /* past the tile: its last row again, scored and not used */
-                        krow[j] = k_cache + off[j0 + j < n ? j0 + j : n - 1];
-                    for (int64_t f = t0 + j0 + 16; f < t0 + j0 + 32 && f < len; f++)
-                        prefetch_bytes(k_cache + off[f - t0], D);
-                    for (int64_t l = 0; l < nq; l++)
-                        if (vis[l] > t0 + j0) block_scores(qs + l * dp, D, krow, scale, scores + l * KV_TILE + j0);
-                }
-                for (int64_t l = 0; l < nq; l++) {
-                    const int64_t seen = vis[l] - t0 < n ? vis[l] - t0 : n;
-                    if (seen <= 0) continue;
-                    const float rescale = tile_softmax(scores + l * KV_TILE, seen, top + l, total + l);
-                    if (rescale != 1.0f)
-                        for (int d = 0; d < D; d++) acc[l * D + d] *= rescale;
-                }
-                for (int64_t j0 = 0; j0 < n; j0 += 4) {
-                    const float *rows[4];
-                    const int m4 = n - j0 < 4 ? (int)(n - j0) : 4;
-                    for (int j = 0; j < m4; j++) {
-                        rows[j] = v_cache + off[j0 + j];
-                        if (t0 + j0 + j + KV_AHEAD < len) prefetch_bytes(v_cache + off[j0 + j + KV_AHEAD], D);
+            failed = 1;
+        }
+        if (keys) {
+#if defined(_OPENMP)
+            const int team = omp_get_num_threads(), me = omp_get_thread_num();
+#else
+            const int team = 1, me = 0;
+#endif
+            /* a tile is this thread's when its middle key falls in the thread's share of all runs' keys */
+            int64_t keys_total = 0;
+            for (int64_t r = 0; r < runs; r++) keys_total += run_keys[r];
+            for (int64_t r = 0, before = 0; ok && r < runs; r++) {
+                int64_t ta = -1, tb = -1;
+                for (int64_t t = 0; t < run_tiles[r + 1] - run_tiles[r]; t++) {
+                    const int64_t n = run_keys[r] - t * KV_TILE < KV_TILE ? run_keys[r] - t * KV_TILE : KV_TILE;
+                    if ((2 * before + n) * team / (2 * keys_total) == me) {
+                        ta = ta < 0 ? t : ta;
+                        tb = t + 1;
                     }
-                    for (int64_t l = 0; l < nq; l++) {
-                        const int64_t seen = vis[l] - t0 - j0;
-                        const int m = seen < m4 ? (int)seen : m4;
-                        if (m > 0) add_rows(acc + l * D, rows, scores + l * KV_TILE + j0, m, D);
-                    }
+                    before += n;
                 }
+                if (ta >= 0) attend_tiles(&c, r, 0, num_kv_heads, 0, group, ta, tb, &s, parts + part_base[r]);
             }
-            for (int64_t l = 0; l < nq; l++) {
-                float *o = out + ((i0 + l / nh) * num_heads + h0 + l % nh) * (int64_t)D;
-                for (int d = 0; d < D; d++) o[d] = acc[l * D + d] / total[l];
+#pragma omp barrier
+#pragma omp for schedule(static)
+            for (int64_t i = 0; i < num_tokens * num_heads; i++) {
+                if (!ok) continue;
+                /* query (u, head) of its run: index (kv, u, head in group) as attend_tiles wrote it */
+                const int64_t tok = i / num_heads, head = i % num_heads;
+                int64_t r = 0;
+                while (run_start[r + 1] <= tok) r++;
+                const int64_t tg = run_start[r + 1] - run_start[r], u = tok - run_start[r];
+                const int64_t nq = tg * num_heads, l = (head / group * tg + u) * group + head % group;
+                float *state = s.states;
+                state[ATT_SUM] = NOTHING;
+                const float *p = parts + part_base[r];
+                for (int64_t t = 0; t < run_tiles[r + 1] - run_tiles[r]; t++)
+                    if (p[(t * nq + l) * w + ATT_SUM] != NOTHING) fold_tile(state, p + (t * nq + l) * w, head_dim);
+                float *o = out + i * (int64_t)head_dim;
+                attention_result(state, head_dim, o);
+            }
+        } else {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < tasks; task++) {
+                if (!ok) continue; /* every thread still takes part in the loop */
+                if (heads) {
+                    const int64_t run = task / (num_kv_heads * nparts);
+                    const int kvh = (int)(task / nparts % num_kv_heads), p0 = (int)(task % nparts) * per;
+                    attend_tiles(&c, run, kvh, 1, p0, p0 + per <= group ? per : group - p0, 0, INT64_MAX, &s, NULL);
+                } else {
+                    attend_tiles(&c, task, 0, num_kv_heads, 0, group, 0, INT64_MAX, &s, NULL);
+                }
             }
         }
-        free(qs);
-        free(scores);
-        free(acc);
-        free(top);
-        free(total);
-        free(vis);
+        scratch_free(&s);
     }
+    free(parts);
     free(run_start);
     return failed ? -1 : 0;
 }
