@@ -255,13 +255,15 @@ static inline void block_scores(const float *qv, int D, const float *const *k, f
                 hi[j] = _mm256_fmadd_ps(xh, _mm256_loadu_ps(k[j0 + j] + d + 8), hi[j]);
             }
         }
-        if (d16 < D) {
+        if (d16 < D) { /* the rows' last D - d16 floats, zeros past them (masked loads: the sums stay in registers) */
             const __m256 xl = _mm256_loadu_ps(qv + d16), xh = _mm256_loadu_ps(qv + d16 + 8);
+            static const int32_t ones_then_zeros[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+            const int n = D - d16, nh = n > 8 ? n - 8 : 0; /* AVX's loads only: FMA without AVX2 comes here too */
+            const __m256i ml = _mm256_loadu_si256((const __m256i *)(ones_then_zeros + 16 - (n < 8 ? n : 8)));
+            const __m256i mh = _mm256_loadu_si256((const __m256i *)(ones_then_zeros + 16 - nh));
             for (int j = 0; j < 4; j++) {
-                float tail[16] = {0};
-                memcpy(tail, k[j0 + j] + d16, sizeof(float) * (D - d16));
-                lo[j] = _mm256_fmadd_ps(xl, _mm256_loadu_ps(tail), lo[j]);
-                hi[j] = _mm256_fmadd_ps(xh, _mm256_loadu_ps(tail + 8), hi[j]);
+                lo[j] = _mm256_fmadd_ps(xl, _mm256_maskload_ps(k[j0 + j] + d16, ml), lo[j]);
+                hi[j] = _mm256_fmadd_ps(xh, _mm256_maskload_ps(k[j0 + j] + d16 + 8, mh), hi[j]);
             }
         }
         for (int j = 0; j < 4; j++) halves[j0 + j] = _mm256_add_ps(lo[j], hi[j]); /* the tree's first level */
