@@ -240,6 +240,18 @@ def test_paged_attention_at_a_long_context_gives_the_same_bits_however_the_threa
             torch.testing.assert_close(prefill[0][p, head], weights @ values[:, head // 3], rtol=1e-5, atol=1e-5)
 
 
+def test_paged_attention_of_no_tokens_is_empty():
+    """A step with no query tokens returns [0, H, D] and leaves the caches alone (the threads' share of no runs
+    divided by zero before)."""
+    caches = [torch.randn(4, 16, 2, 64) for _ in range(2)]
+    before = [c.clone() for c in caches]
+    empty = torch.empty(0, dtype=torch.int64)
+    out = paged_attention(native_library(), torch.empty(0, 6, 64), torch.empty(0, 2, 64), torch.empty(0, 2, 64),
+                          *caches, empty, empty, empty, torch.zeros(1, 4, dtype=torch.int64), 0.125)
+    assert out.shape == (0, 6, 64)
+    assert torch.equal(caches[0], before[0]) and torch.equal(caches[1], before[1])
+
+
 def test_one_call_layer_equals_the_native_ops_one_by_one(llama_path):
     engine = Engine.from_pretrained(llama_path, quantization="int4", quantization_group_size=32, max_model_len=128)
     layers = engine.runner.model.layers

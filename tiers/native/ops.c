@@ -533,6 +533,7 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
         memcpy(k_cache + slot_mapping[i] * kv_row, k + i * k_stride, sizeof(float) * kv_row);
         memcpy(v_cache + slot_mapping[i] * kv_row, v + i * v_stride, sizeof(float) * kv_row);
     }
+    if (num_tokens <= 0) return 0; /* an empty step: no runs to share out */
     const int group = num_heads / num_kv_heads;
     int64_t work = 0;
     for (int64_t i = 0; i < num_tokens; i++) work += visible[i];
