@@ -425,6 +425,13 @@ static void scratch_free(attention_scratch *s) {
     free(s->vis);
 }
 
+/* A task's queries go in the order (KV head, token of the run, head of the KV head's part): query l of a task over
+ * nh heads a KV head and tg tokens is token l % (tg nh) / nh, head l % nh of its KV head l / (tg nh), and back */
+static inline int64_t query_token(int64_t l, int64_t tg, int nh) { return l % (tg * nh) / nh; }
+static inline int64_t query_index(int64_t kv, int64_t u, int64_t hi, int64_t tg, int nh) {
+    return (kv * tg + u) * nh + hi;
+}
+
 /* Tiles [ta, tb) of run `run` for query heads [hp0, hp0 + nh) of each of KV heads [kv0, kv0 + nkv): queries in
  * the order (KV head, token, head). Each tile's K rows are read once for all of them (a row's KV heads side by
  * side: one thread reading a whole row streams faster than two threads reading a head each), then its V rows.
@@ -438,7 +445,7 @@ static void attend_tiles(const attention_call *c, int64_t run, int kv0, int nkv,
     const int64_t *table = c->block_tables + c->token_seq[i0] * c->max_blocks;
     int64_t len = 0;
     for (int64_t l = 0; l < nq; l++) {
-        const int64_t u = l % per_kv / nh, head = (int64_t)(kv0 + l / per_kv) * c->group + hp0 + l % nh;
+        const int64_t u = query_token(l, tg, nh), head = (int64_t)(kv0 + l / per_kv) * c->group + hp0 + l % nh;
         s->vis[l] = c->visible[i0 + u];
         len = s->vis[l] > len ? s->vis[l] : len;
         memset(s->qs + l * dp, 0, sizeof(float) * dp);
@@ -501,7 +508,7 @@ static void attend_tiles(const attention_call *c, int64_t run, int kv0, int nkv,
     }
     if (parts) return;
     for (int64_t l = 0; l < nq; l++) {
-        const int64_t u = l % per_kv / nh, head = (int64_t)(kv0 + l / per_kv) * c->group + hp0 + l % nh;
+        const int64_t u = query_token(l, tg, nh), head = (int64_t)(kv0 + l / per_kv) * c->group + hp0 + l % nh;
         const float *st = s->states + l * w;
         float *o = c->out + ((i0 + u) * c->num_heads + head) * (int64_t)D;
         attention_result(st, D, o);
@@ -606,12 +613,11 @@ int aio_paged_attention(const float *q, int64_t q_stride, const float *k, int64_
 #pragma omp for schedule(static)
             for (int64_t i = 0; i < num_tokens * num_heads; i++) {
                 if (!ok) continue;
-                /* query (u, head) of its run: index (kv, u, head in group) as attend_tiles wrote it */
                 const int64_t tok = i / num_heads, head = i % num_heads;
                 int64_t r = 0;
                 while (run_start[r + 1] <= tok) r++;
                 const int64_t tg = run_start[r + 1] - run_start[r], u = tok - run_start[r];
-                const int64_t nq = tg * num_heads, l = (head / group * tg + u) * group + head % group;
+                const int64_t nq = tg * num_heads, l = query_index(head / group, u, head % group, tg, group);
                 float *state = s.states;
                 state[ATT_SUM] = NOTHING;
                 const float *p = parts + part_base[r];
