@@ -169,12 +169,12 @@ VARIANTS = {"native": DEFAULT_FLAGS, "avx2": (*BASE_FLAGS, "-mavx2", "-mfma", "-
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("head_dim", [64, 40])
+@pytest.mark.parametrize("head_dim", [64, 40, 136])
 def test_paged_attention_gives_a_token_the_same_bits_alone_or_with_others(head_dim, variant):
     """A verification's 5 tokens in one call, beside another sequence's decode token, give each token the bits it
-    gets alone (a decode step), whatever the thread count: 300 positions span two key tiles, and a head of 40
-    leaves a tail off the 16 lanes; on each instruction-set path the compiler can build here. The values are
-    softmax(q K^T scale) V computed by torch."""
+    gets alone (a decode step), whatever the thread count: 300 positions span two key tiles, a head of 40 leaves a
+    tail off the 16 lanes and one of 136 a tail past 128 (AVX-512 weighs V 128 floats at a time); on each
+    instruction-set path the compiler can build here. The values are softmax(q K^T scale) V computed by torch."""
     if variant == "avx2" and "avx2" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU has no AVX2")
     torch.manual_seed(4)
@@ -203,6 +203,25 @@ def test_paged_attention_gives_a_token_the_same_bits_alone_or_with_others(head_d
         for head in range(h):
             weights = torch.softmax(keys[:, head // 3] @ q[i, head] * 0.125, dim=0)
             torch.testing.assert_close(together[0][i, head], weights @ values[:, head // 3], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("head_dim", [64, 40, 136])
+def test_paged_attention_gives_the_same_bits_on_the_native_and_avx2_paths(head_dim):
+    """Every FMA path runs a lane's operations in the same order: the build for this CPU (AVX-512 where it has it)
+    gives the AVX2 build's bits, a decode and a verification beside each other, over two key tiles."""
+    if "avx2" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU has no AVX2")
+    torch.manual_seed(6)
+    h, hkv, d, bs, num_blocks = 6, 2, head_dim, 16, 48
+    tables = torch.tensor([list(range(0, 40, 2)), list(range(1, 41, 2))], dtype=torch.int64)
+    slot = lambda seq, p: int(tables[seq, p // bs]) * bs + p % bs  # noqa: E731
+    caches = [torch.randn(num_blocks, bs, hkv, d) for _ in range(2)]
+    q, k, v = torch.randn(6, h, d), torch.randn(6, hkv, d), torch.randn(6, hkv, d)
+    slots = [slot(0, p) for p in (295, 296, 297, 298, 299)] + [slot(1, 140)]
+    token_seq, visible = [0] * 5 + [1], [296, 297, 298, 299, 300, 141]
+    native, avx2 = (_attend(build_library(VARIANTS[name]), q, k, v, [c.clone() for c in caches], slots, token_seq,
+                            visible, tables, 2) for name in ("native", "avx2"))
+    assert torch.equal(native, avx2)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -83,28 +83,35 @@ static inline vf16 vf16_load(const float *p) {
 }
 
 typedef int32_t vi8s __attribute__((vector_size(32)));
+typedef int32_t vi16s __attribute__((vector_size(64)));
 static inline vf8 vf8_splat(float x) { return (vf8){x, x, x, x, x, x, x, x}; }
-/* where[lane] ? a : b, as bits */
-#define VF8_SELECT(where, a, b) ((vf8)(((vi8s)(a) & (where)) | ((vi8s)(b) & ~(where))))
+/* where[lane] ? a : b, as bits (VF a float vector type, VI the int32 one of its size) */
+#define VEC_SELECT(VF, VI, where, a, b) ((VF)(((VI)(a) & (where)) | ((VI)(b) & ~(where))))
 
-/* exp_vec in each of 8 lanes: the same operations in the same order (no contraction under -std=c11), so the same
- * bits. GCC vectorised exp_vec's loops under AVX-512 only: under AVX2, with its default -ftrapping-math, it does
- * not if-convert the clamps once it has moved arithmetic into their branches; the selects here are bit operations.
- * 8 lanes, not 16: GCC compared a 16-float vector lane by lane under AVX2. */
-static inline void exp_v8(vf8 *e) { /* in place: GCC notes an ABI change for a vector passed by value */
-    vf8 x = *e;
-    const vf8 lo = vf8_splat(-87.3f), hi = vf8_splat(88.7f), top = vf8_splat(127.0f);
-    const vf8 round = vf8_splat(12582912.0f);
-    x = VF8_SELECT(x < lo, lo, x);
-    x = VF8_SELECT(x > hi, hi, x);
-    vf8 n = (x * 1.44269504088896341f + round) - round;
-    n = VF8_SELECT(n > top, top, n);
-    const vf8 r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-    const vf8 p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (
-        1.0f / 720 + r * (1.0f / 5040)))))));
-    const vi8s bits = (__builtin_convertvector(n, vi8s) + 127) << 23;
-    *e = p * (vf8)bits;
-}
+/* exp_vec in each lane of a VF (VI: its int32 vector): the same operations in the same order (no contraction under
+ * -std=c11), so the same bits. GCC vectorised exp_vec's loops under AVX-512 only: under AVX2, with its default
+ * -ftrapping-math, it does not if-convert the clamps once it has moved arithmetic into their branches; the selects
+ * here are bit operations. exp_v8 everywhere (GCC compared a 16-float vector lane by lane under AVX2), exp_v16
+ * under AVX-512. In place: GCC notes an ABI change for a vector passed by value. */
+#define EXP_LANES(NAME, VF, VI)                                                                                \
+    static inline void NAME(VF *e) {                                                                          \
+        VF x = *e;                                                                                             \
+        const VF zero = {0}, lo = zero - 87.3f, hi = zero + 88.7f, top = zero + 127.0f;                        \
+        const VF round = zero + 12582912.0f;                                                                   \
+        x = VEC_SELECT(VF, VI, x < lo, lo, x);                                                                 \
+        x = VEC_SELECT(VF, VI, x > hi, hi, x);                                                                 \
+        VF n = (x * 1.44269504088896341f + round) - round;                                                     \
+        n = VEC_SELECT(VF, VI, n > top, top, n);                                                               \
+        const VF r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;                                \
+        const VF p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (   \
+            1.0f / 720 + r * (1.0f / 5040)))))));                                                              \
+        const VI bits = (__builtin_convertvector(n, VI) + 127) << 23;                                          \
+        *e = p * (VF)bits;                                                                                     \
+    }
+EXP_LANES(exp_v8, vf8, vi8s)
+#if defined(__AVX512F__)
+EXP_LANES(exp_v16, vf16, vi16s)
+#endif
 
 static inline vf8 vf8_load(const float *p) {
     vf8 v;
@@ -270,6 +277,25 @@ static inline void block_scores(const float *qv, int D, const float *const *k, f
     }
     for (int g = 0; g < 2; g++)
         _mm256_storeu_ps(out + 8 * g, _mm256_mul_ps(sums8(halves + 8 * g), _mm256_set1_ps(scale)));
+#elif defined(__AVX512F__)
+    /* four keys at a time over the whole head: four row pointers live, not sixteen (GCC kept those on the stack and
+     * loaded one before every FMA); the tail by a masked load, zeros past the row, as the query's padding */
+    vf16 acc[16];
+    for (int j0 = 0; j0 < 16; j0 += 4) {
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int d = 0; d < d16; d += 16) {
+            const __m512 x = _mm512_loadu_ps(qv + d);
+            for (int j = 0; j < 4; j++) a[j] = _mm512_fmadd_ps(x, _mm512_loadu_ps(k[j0 + j] + d), a[j]);
+        }
+        if (d16 < D) {
+            const __m512 x = _mm512_loadu_ps(qv + d16);
+            const __mmask16 rest = (__mmask16)((1u << (D - d16)) - 1);
+            for (int j = 0; j < 4; j++) a[j] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(rest, k[j0 + j] + d16), a[j]);
+        }
+        for (int j = 0; j < 4; j++) acc[j0 + j] = (vf16)a[j];
+    }
+    const vf16 sums = vf16_sums16(acc) * scale;
+    memcpy(out, &sums, sizeof sums);
 #else
     vf16 acc[16];
     for (int j = 0; j < 16; j++) acc[j] = (vf16){0};
@@ -305,9 +331,21 @@ static inline void add_rows(float *acc, const float *const *v, const float *e, i
 
 #if defined(__FMA__)
 /* add_rows for D a multiple of 8 with 8 ymm of acc held over all n rows (up to 64 of its floats at a time): the same
- * FMAs in the same order per float (row by row), so the same bits */
+ * FMAs in the same order per float (row by row), so the same bits. Under AVX-512, 8 zmm first (128 floats at a time:
+ * half the FMAs; a 256-bit FMA has the same two ports) */
 static inline void add_rows8(float *acc, const float *const *v, const float *e, int n, int D) {
     int d0 = 0;
+#if defined(__AVX512F__)
+    for (; d0 + 128 <= D; d0 += 128) {
+        __m512 a[8];
+        for (int c = 0; c < 8; c++) a[c] = _mm512_loadu_ps(acc + d0 + 16 * c);
+        for (int j = 0; j < n; j++) {
+            const __m512 ej = _mm512_set1_ps(e[j]);
+            for (int c = 0; c < 8; c++) a[c] = _mm512_fmadd_ps(ej, _mm512_loadu_ps(v[j] + d0 + 16 * c), a[c]);
+        }
+        for (int c = 0; c < 8; c++) _mm512_storeu_ps(acc + d0 + 16 * c, a[c]);
+    }
+#endif
     for (; d0 + 64 <= D; d0 += 64) {
         __m256 a[8];
         for (int c = 0; c < 8; c++) a[c] = _mm256_loadu_ps(acc + d0 + 8 * c);
@@ -321,6 +359,41 @@ static inline void add_rows8(float *acc, const float *const *v, const float *e, 
         const float *rest[KV_GROUP];
         for (int j = 0; j < n; j++) rest[j] = v[j] + d0;
         add_rows(acc + d0, rest, e, n, D - d0);
+    }
+}
+#endif
+
+#if defined(__AVX512F__)
+/* add_rows8 for two queries at once over the same n rows (D a multiple of 8, at least 64): each row's 64-float chunk
+ * read once for both, 4 zmm of each query's sum held over the rows (8 FMA chains where one query's 64 floats have
+ * 4); the same FMAs in the same order per float, so the same bits */
+static inline void add_rows_pair(float *acc0, float *acc1, const float *const *v, const float *e0, const float *e1,
+                                 int n, int D) {
+    int d0 = 0;
+    for (; d0 + 64 <= D; d0 += 64) {
+        __m512 a[2][4];
+        for (int c = 0; c < 4; c++) {
+            a[0][c] = _mm512_loadu_ps(acc0 + d0 + 16 * c);
+            a[1][c] = _mm512_loadu_ps(acc1 + d0 + 16 * c);
+        }
+        for (int j = 0; j < n; j++) {
+            const __m512 f0 = _mm512_set1_ps(e0[j]), f1 = _mm512_set1_ps(e1[j]);
+            for (int c = 0; c < 4; c++) {
+                const __m512 row = _mm512_loadu_ps(v[j] + d0 + 16 * c);
+                a[0][c] = _mm512_fmadd_ps(f0, row, a[0][c]);
+                a[1][c] = _mm512_fmadd_ps(f1, row, a[1][c]);
+            }
+        }
+        for (int c = 0; c < 4; c++) {
+            _mm512_storeu_ps(acc0 + d0 + 16 * c, a[0][c]);
+            _mm512_storeu_ps(acc1 + d0 + 16 * c, a[1][c]);
+        }
+    }
+    if (d0 < D) {
+        const float *rest[KV_GROUP];
+        for (int j = 0; j < n; j++) rest[j] = v[j] + d0;
+        add_rows8(acc0 + d0, rest, e0, n, D - d0);
+        add_rows8(acc1 + d0, rest, e1, n, D - d0);
     }
 }
 #endif
@@ -344,8 +417,17 @@ static float tile_softmax(float *s, int64_t n, float *sum) {
     for (int64_t j = j16; j < n; j++) m16[j % 16] = s[j] > m16[j % 16] ? s[j] : m16[j % 16];
     float m = m16[0];
     for (int i = 1; i < 16; i++) m = m16[i] > m ? m16[i] : m;
-    vf8 lanes[2] = {vf8_splat(0.0f), vf8_splat(0.0f)};
     int64_t j = 0;
+#if defined(__AVX512F__)
+    vf16 lanes = {0}; /* lane i: keys j % 16 == i, as the two halves below */
+    for (; j + 16 <= n; j += 16) {
+        vf16 e = vf16_load(s + j) - m;
+        exp_v16(&e);
+        memcpy(s + j, &e, sizeof e);
+        lanes += e;
+    }
+#else
+    vf8 lanes[2] = {vf8_splat(0.0f), vf8_splat(0.0f)};
     for (; j + 16 <= n; j += 16)
         for (int h = 0; h < 2; h++) {
             vf8 e = vf8_load(s + j + 8 * h) - m;
@@ -353,8 +435,9 @@ static float tile_softmax(float *s, int64_t n, float *sum) {
             memcpy(s + j + 8 * h, &e, sizeof e);
             lanes[h] += e;
         }
+#endif
     float part[16];
-    memcpy(part, lanes, sizeof part);
+    memcpy(part, &lanes, sizeof part);
     for (; j < n; j++) {
         s[j] = exp_vec(s[j] - m);
         part[j % 16] += s[j];
@@ -489,6 +572,15 @@ static void attend_tiles(const attention_call *c, int64_t run, int kv0, int nkv,
                     const int64_t seen = s->vis[l] - t0 - j0;
                     const int m = seen < mg ? (int)seen : mg;
                     if (m <= 0) continue;
+#if defined(__AVX512F__)
+                    if (D % 8 == 0 && D >= 64 && l + 1 < (kv + 1) * per_kv &&
+                        (s->vis[l + 1] - t0 - j0 < mg ? s->vis[l + 1] - t0 - j0 : mg) == m) {
+                        add_rows_pair(s->tiles + l * w + ATT_ACC, s->tiles + (l + 1) * w + ATT_ACC, rows,
+                                      s->scores + l * KV_TILE + j0, s->scores + (l + 1) * KV_TILE + j0, m, D);
+                        l++;
+                        continue;
+                    }
+#endif
 #if defined(__FMA__)
                     if (D % 8 == 0) {
                         add_rows8(s->tiles + l * w + ATT_ACC, rows, s->scores + l * KV_TILE + j0, m, D);
