@@ -202,12 +202,34 @@ static inline vf16 vf16_sums16(const vf16 *a) {
 }
 
 #define QUERIES_MAX 64 /* query vectors (a run's tokens x a task's heads) sharing one read of the K / V rows */
-#define KV_AHEAD 8     /* V rows prefetched ahead of the one in use */
+#define KV_AHEAD 8     /* V rows prefetched ahead of the group in use */
 #define KV_GROUP 8     /* V rows weighed per pass over a query's sum */
 #define KV_TILE 256    /* keys scored before their V rows are weighed: tiles at fixed positions 0, 256, ... */
 
-static inline void prefetch_bytes(const float *row, int64_t n) {
-    for (int64_t b = 0; b < n * (int64_t)sizeof(float); b += 64) __builtin_prefetch((const char *)row + b);
+/* The next rows' cache lines, prefetched into L2 a few at a time between a loop's steps: rows [first, first + count)
+ * at cache + off[row], row_floats each, `quota` lines a step. Issued all at once, one chunk's 256 lines (16 rows of the
+ * 1.5B's KV) filled the core's outstanding misses and stalled the scoring of the chunk in hand until they came: from
+ * memory attention read half what a walk over the same rows reads (an Intel Xeon, docs/benchmarks.md). */
+typedef struct {
+    const float *cache;
+    const int64_t *off;
+    int64_t first, lines_per_row, next, end, quota;
+} kv_prefetch;
+
+static inline void kv_prefetch_start(kv_prefetch *p, const float *cache, const int64_t *off, int64_t first,
+                                     int64_t count, int64_t row_floats, int64_t steps) {
+    p->cache = cache, p->off = off, p->first = first, p->next = 0;
+    p->lines_per_row = (row_floats * (int64_t)sizeof(float) + 63) / 64;
+    p->end = count > 0 ? count * p->lines_per_row : 0;
+    p->quota = (p->end + steps - 1) / steps;
+}
+
+/* the step's quota of lines; with all set, every line left */
+static inline void kv_prefetch_step(kv_prefetch *p, int all) {
+    const int64_t stop = all || p->next + p->quota > p->end ? p->end : p->next + p->quota;
+    for (; p->next < stop; p->next++)
+        __builtin_prefetch((const char *)(p->cache + p->off[p->first + p->next / p->lines_per_row]) +
+                           64 * (p->next % p->lines_per_row), 0, 2);
 }
 
 /* where the K / V rows of positions t0 .. t0 + cnt - 1 start in either cache (they share one layout: [slot, Hkv,
@@ -538,18 +560,23 @@ static void attend_tiles(const attention_call *c, int64_t run, int kv0, int nkv,
     int64_t off[KV_TILE + 32]; /* where a tile's rows start, and the 32 after it, for the prefetches */
     for (int64_t t = ta; t < tb && t * KV_TILE < len; t++) {
         const int64_t t0 = t * KV_TILE, n = len - t0 < KV_TILE ? len - t0 : KV_TILE;
-        row_offsets(table, t0, len - t0 < n + 32 ? len - t0 : n + 32, c->block_size, c->kv_row, kv0, D, off);
+        const int64_t known = len - t0 < n + 32 ? len - t0 : n + 32; /* rows with an offset in off */
+        row_offsets(table, t0, known, c->block_size, c->kv_row, kv0, D, off);
         for (int64_t j0 = 0; j0 < n; j0 += 16) {
-            for (int64_t f = t0 + j0 + 16; f < t0 + j0 + 32 && f < len; f++)
-                prefetch_bytes(c->k_cache + off[f - t0], nkv * D);
+            kv_prefetch ahead; /* the next 16 keys' K rows, over this chunk's queries */
+            kv_prefetch_start(&ahead, c->k_cache, off, j0 + 16, known - j0 - 16 < 16 ? known - j0 - 16 : 16,
+                              (int64_t)nkv * D, nq);
             for (int kv = 0; kv < nkv; kv++) {
                 const float *krow[16];
                 for (int j = 0; j < 16; j++) /* past the tile: its last row again, scored and not used */
                     krow[j] = c->k_cache + off[j0 + j < n ? j0 + j : n - 1] + kv * D;
-                for (int64_t l = kv * per_kv; l < (kv + 1) * per_kv; l++)
+                for (int64_t l = kv * per_kv; l < (kv + 1) * per_kv; l++) {
+                    kv_prefetch_step(&ahead, 0);
                     if (s->vis[l] > t0 + j0)
                         block_scores(s->qs + l * dp, D, krow, c->scale, s->scores + l * KV_TILE + j0);
+                }
             }
+            kv_prefetch_step(&ahead, 1);
         }
         for (int64_t l = 0; l < nq; l++) {
             const int64_t seen = s->vis[l] - t0 < n ? s->vis[l] - t0 : n;
@@ -563,14 +590,17 @@ static void attend_tiles(const attention_call *c, int64_t run, int kv0, int nkv,
         }
         for (int64_t j0 = 0; j0 < n; j0 += KV_GROUP) {
             const int mg = n - j0 < KV_GROUP ? (int)(n - j0) : KV_GROUP;
-            for (int j = 0; j < mg; j++)
-                if (t0 + j0 + j + KV_AHEAD < len) prefetch_bytes(c->v_cache + off[j0 + j + KV_AHEAD], nkv * D);
+            kv_prefetch ahead; /* V rows KV_AHEAD on, over this group's queries (two at a time under AVX-512) */
+            const int64_t first = j0 + KV_AHEAD;
+            kv_prefetch_start(&ahead, c->v_cache, off, first, known - first < mg ? known - first : mg,
+                              (int64_t)nkv * D, nq / 2 + 1);
             for (int kv = 0; kv < nkv; kv++) {
                 const float *rows[KV_GROUP];
                 for (int j = 0; j < mg; j++) rows[j] = c->v_cache + off[j0 + j] + kv * D;
                 for (int64_t l = kv * per_kv; l < (kv + 1) * per_kv; l++) {
                     const int64_t seen = s->vis[l] - t0 - j0;
                     const int m = seen < mg ? (int)seen : mg;
+                    kv_prefetch_step(&ahead, 0);
                     if (m <= 0) continue;
 #if defined(__AVX512F__)
                     if (D % 8 == 0 && D >= 64 && l + 1 < (kv + 1) * per_kv &&
@@ -590,6 +620,7 @@ static void attend_tiles(const attention_call *c, int64_t run, int kv0, int nkv,
                     add_rows(s->tiles + l * w + ATT_ACC, rows, s->scores + l * KV_TILE + j0, m, D);
                 }
             }
+            kv_prefetch_step(&ahead, 1);
         }
         for (int64_t l = 0; l < nq; l++) {
             if (parts)
