@@ -353,21 +353,9 @@ static inline void add_rows(float *acc, const float *const *v, const float *e, i
 
 #if defined(__FMA__)
 /* add_rows for D a multiple of 8 with 8 ymm of acc held over all n rows (up to 64 of its floats at a time): the same
- * FMAs in the same order per float (row by row), so the same bits. Under AVX-512, 8 zmm first (128 floats at a time:
- * half the FMAs; a 256-bit FMA has the same two ports) */
+ * FMAs in the same order per float (row by row), so the same bits */
 static inline void add_rows8(float *acc, const float *const *v, const float *e, int n, int D) {
     int d0 = 0;
-#if defined(__AVX512F__)
-    for (; d0 + 128 <= D; d0 += 128) {
-        __m512 a[8];
-        for (int c = 0; c < 8; c++) a[c] = _mm512_loadu_ps(acc + d0 + 16 * c);
-        for (int j = 0; j < n; j++) {
-            const __m512 ej = _mm512_set1_ps(e[j]);
-            for (int c = 0; c < 8; c++) a[c] = _mm512_fmadd_ps(ej, _mm512_loadu_ps(v[j] + d0 + 16 * c), a[c]);
-        }
-        for (int c = 0; c < 8; c++) _mm512_storeu_ps(acc + d0 + 16 * c, a[c]);
-    }
-#endif
     for (; d0 + 64 <= D; d0 += 64) {
         __m256 a[8];
         for (int c = 0; c < 8; c++) a[c] = _mm256_loadu_ps(acc + d0 + 8 * c);
