@@ -173,8 +173,8 @@ VARIANTS = {"native": DEFAULT_FLAGS, "avx2": (*BASE_FLAGS, "-mavx2", "-mfma", "-
 def test_paged_attention_gives_a_token_the_same_bits_alone_or_with_others(head_dim, variant):
     """A verification's 5 tokens in one call, beside another sequence's decode token, give each token the bits it
     gets alone (a decode step), whatever the thread count: 300 positions span two key tiles, a head of 40 leaves a
-    tail off the 16 lanes and one of 136 a tail past 128 (AVX-512 weighs V 128 floats at a time); on each
-    instruction-set path the compiler can build here. The values are softmax(q K^T scale) V computed by torch."""
+    tail off the 16 lanes and one of 136 a tail past 128 (AVX-512 weighs V 64 floats of two queries at a time); on
+    each instruction-set path the compiler can build here. The values are softmax(q K^T scale) V computed by torch."""
     if variant == "avx2" and "avx2" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU has no AVX2")
     torch.manual_seed(4)
