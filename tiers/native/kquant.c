@@ -1548,11 +1548,16 @@ static inline __attribute__((always_inline)) void kr_tile_blocked(const int TYPE
         for (int64_t t = 0; t < NT; t++) {
             const uint8_t *seg = w + (n0 + t) * rb + g0 * gb;
             const uint8_t *next = t + 1 < NT ? seg + rb : w + n0 * rb + g1 * gb;
-            for (int64_t o = 0; o < bytes; o += 64) {
-                _mm_prefetch((const char *)(next + o), _MM_HINT_T0);
-                _mm_prefetch((const char *)(seg + NT * rb + o), _MM_HINT_T2);
+            /* the segment's lines a quota per two groups (Q4_K_R's pairs), not all before them: 1.03-1.09x at 5
+             * and 8 rows of the 1.5B's down projection, streamed (an Intel Xeon, docs/benchmarks.md) */
+            const int64_t steps = (g1 - g0 + 1) / 2, lines = (bytes + 63) / 64, quota = (lines + steps - 1) / steps;
+            for (int64_t g = g0, done = 0; g < g1; g += 2) {
+                for (const int64_t upto = done + quota < lines ? done + quota : lines; done < upto; done++) {
+                    _mm_prefetch((const char *)(next + 64 * done), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(seg + NT * rb + 64 * done), _MM_HINT_T2);
+                }
+                kr_range(TYPE, a, m0, R, K, w + (n0 + t) * rb, g, g + 2 < g1 ? g + 2 : g1, 0, acc[t]);
             }
-            kr_range(TYPE, a, m0, R, K, w + (n0 + t) * rb, g0, g1, 0, acc[t]);
         }
     }
     __m256 folded[KR_ROWS][KQ_CHUNK];
