@@ -170,12 +170,27 @@ static inline __attribute__((always_inline)) void prefetch_rows(const uint8_t *w
 #endif
 
 #if defined(AIO_AVX512)
-/* lines [*issued, upto) of the rows PREFETCH_TILES tiles ahead, into L2 (the hardware prefetcher alone left decode
- * waiting on memory). A tile issues them a quota a pair: all at once, they filled the core's outstanding misses and
+/* The lines of rows n0 .. n0 + NT - 1 PREFETCH_TILES tiles ahead, into L2 (the hardware prefetcher alone left decode
+ * waiting on memory), issued a quota per pair of blocks: all at once, they filled the core's outstanding misses and
  * the tile waited until they came (1.12-1.23x streamed, 1.2x with the weights in L2, on an Intel Xeon;
  * docs/benchmarks.md). always_inline: the tile's accumulators stay in registers */
-static inline __attribute__((always_inline)) void prefetch_lines(const char *ahead, int64_t *issued, int64_t upto) {
-    for (; *issued < upto; ++*issued) _mm_prefetch(ahead + 64 * *issued, _MM_HINT_T1);
+typedef struct {
+    const char *ahead;
+    int64_t lines, quota, issued;
+} paced_rows;
+
+static inline __attribute__((always_inline)) paced_rows paced_start(const uint8_t *w, int64_t n0, int NT,
+                                                                    int64_t stride, int64_t pairs) {
+    const int64_t lines = (NT * stride + 63) / 64;
+    return (paced_rows){(const char *)(w + (n0 + PREFETCH_TILES * N_TILE) * stride), lines,
+                        pairs ? (lines + pairs - 1) / pairs : lines, 0};
+}
+
+/* the quota of the step before pair p; with p = pairs (after the last), every line left (a row of one block has
+ * no pairs) */
+static inline __attribute__((always_inline)) void paced_step(paced_rows *pr, int64_t p) {
+    const int64_t upto = (p + 1) * pr->quota < pr->lines ? (p + 1) * pr->quota : pr->lines;
+    for (; pr->issued < upto; pr->issued++) _mm_prefetch(pr->ahead + 64 * pr->issued, _MM_HINT_T1);
 }
 
 static inline __m512 bcast_pair(const float *s) { return _mm512_castpd_ps(_mm512_set1_pd(*(const double *)s)); }
@@ -196,11 +211,9 @@ static inline __attribute__((always_inline)) void tile(const quantized_rows *a, 
     __m512 acc[N_TILE][ROW_TILE];
     for (int t = 0; t < NT; t++)
         for (int r = 0; r < R; r++) acc[t][r] = _mm512_setzero_ps();
-    const char *ahead = (const char *)(w + (n0 + PREFETCH_TILES * N_TILE) * stride);
-    const int64_t lines = (NT * stride + 63) / 64, quota = pairs ? (lines + pairs - 1) / pairs : lines;
-    int64_t issued = 0;
+    paced_rows ahead = paced_start(w, n0, NT, stride, pairs);
     for (int64_t p = 0; p < pairs; p++) {
-        prefetch_lines(ahead, &issued, (p + 1) * quota < lines ? (p + 1) * quota : lines);
+        paced_step(&ahead, p);
         __m512i qa[ROW_TILE];
         __m512 sa[ROW_TILE];
         for (int r = 0; r < R; r++) {
@@ -230,7 +243,7 @@ static inline __attribute__((always_inline)) void tile(const quantized_rows *a, 
             }
         }
     }
-    prefetch_lines(ahead, &issued, lines); /* a row of one block has no pairs */
+    paced_step(&ahead, pairs);
     if (!W8) /* the mins: sum over blocks of min_w * d * sum(q), 16 blocks per step, into the same lanes */
         for (int t = 0; t < NT; t++) {
             const uint16_t *mins = (const uint16_t *)(w + (n0 + t) * stride + K / 2) + nb;
@@ -412,11 +425,9 @@ static inline __attribute__((always_inline)) void tile_w8f(const float *xs, int6
     __m512 acc[N_TILE][ROW_TILE];
     for (int t = 0; t < NT; t++)
         for (int r = 0; r < R; r++) acc[t][r] = _mm512_setzero_ps();
-    const char *ahead = (const char *)(w + (n0 + PREFETCH_TILES * N_TILE) * stride);
-    const int64_t lines = (NT * stride + 63) / 64, quota = pairs ? (lines + pairs - 1) / pairs : lines;
-    int64_t issued = 0;
+    paced_rows ahead = paced_start(w, n0, NT, stride, pairs);
     for (int64_t p = 0; p < pairs; p++) {
-        prefetch_lines(ahead, &issued, (p + 1) * quota < lines ? (p + 1) * quota : lines);
+        paced_step(&ahead, p);
         for (int t = 0; t < NT; t++) {
             const uint8_t *row = w + (n0 + t) * stride;
             const __m512 sw = _mm512_permutexvar_ps(pattern, bcast_half_pair((const uint16_t *)(row + K) + 2 * p));
@@ -432,7 +443,7 @@ static inline __attribute__((always_inline)) void tile_w8f(const float *xs, int6
             }
         }
     }
-    prefetch_lines(ahead, &issued, lines);
+    paced_step(&ahead, pairs);
     for (int t = 0; t < NT; t++)
         for (int r = 0; r < R; r++) {
             float s = _mm512_reduce_add_ps(acc[t][r]);
