@@ -213,12 +213,13 @@ static inline vf16 vf16_sums16(const vf16 *a) {
 typedef struct {
     const float *cache;
     const int64_t *off;
-    int64_t first, lines_per_row, next, end, quota;
+    int64_t lines_per_row, next, end, quota;
+    int64_t row, line; /* the next line's row (an index into off) and its line within the row */
 } kv_prefetch;
 
 static inline void kv_prefetch_start(kv_prefetch *p, const float *cache, const int64_t *off, int64_t first,
                                      int64_t count, int64_t row_floats, int64_t steps) {
-    p->cache = cache, p->off = off, p->first = first, p->next = 0;
+    p->cache = cache, p->off = off, p->next = 0, p->row = first, p->line = 0;
     p->lines_per_row = (row_floats * (int64_t)sizeof(float) + 63) / 64;
     p->end = count > 0 ? count * p->lines_per_row : 0;
     p->quota = (p->end + steps - 1) / steps;
@@ -227,9 +228,10 @@ static inline void kv_prefetch_start(kv_prefetch *p, const float *cache, const i
 /* the step's quota of lines; with all set, every line left */
 static inline void kv_prefetch_step(kv_prefetch *p, int all) {
     const int64_t stop = all || p->next + p->quota > p->end ? p->end : p->next + p->quota;
-    for (; p->next < stop; p->next++)
-        __builtin_prefetch((const char *)(p->cache + p->off[p->first + p->next / p->lines_per_row]) +
-                           64 * (p->next % p->lines_per_row), 0, 2);
+    for (; p->next < stop; p->next++) {
+        __builtin_prefetch((const char *)(p->cache + p->off[p->row]) + 64 * p->line, 0, 2);
+        if (++p->line == p->lines_per_row) p->line = 0, p->row++;
+    }
 }
 
 /* where the K / V rows of positions t0 .. t0 + cnt - 1 start in either cache (they share one layout: [slot, Hkv,
