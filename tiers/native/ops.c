@@ -527,6 +527,11 @@ static inline int64_t query_index(int64_t kv, int64_t u, int64_t hi, int64_t tg,
     return (kv * tg + u) * nh + hi;
 }
 
+/* how many of a V group's mg rows, from key position first, a query that sees `visible` keys weighs (<= 0: none) */
+static inline int group_rows_seen(int64_t visible, int64_t first, int mg) {
+    return visible - first < mg ? (int)(visible - first) : mg;
+}
+
 /* Tiles [ta, tb) of run `run` for query heads [hp0, hp0 + nh) of each of KV heads [kv0, kv0 + nkv): queries in
  * the order (KV head, token, head). Each tile's K rows are read once for all of them (a row's KV heads side by
  * side: one thread reading a whole row streams faster than two threads reading a head each), then its V rows.
@@ -588,13 +593,12 @@ static void attend_tiles(const attention_call *c, int64_t run, int kv0, int nkv,
                 const float *rows[KV_GROUP];
                 for (int j = 0; j < mg; j++) rows[j] = c->v_cache + off[j0 + j] + kv * D;
                 for (int64_t l = kv * per_kv; l < (kv + 1) * per_kv; l++) {
-                    const int64_t seen = s->vis[l] - t0 - j0;
-                    const int m = seen < mg ? (int)seen : mg;
+                    const int m = group_rows_seen(s->vis[l], t0 + j0, mg);
                     kv_prefetch_step(&ahead, 0);
                     if (m <= 0) continue;
 #if defined(__AVX512F__)
                     if (D % 8 == 0 && D >= 64 && l + 1 < (kv + 1) * per_kv &&
-                        (s->vis[l + 1] - t0 - j0 < mg ? s->vis[l + 1] - t0 - j0 : mg) == m) {
+                        group_rows_seen(s->vis[l + 1], t0 + j0, mg) == m) {
                         add_rows_pair(s->tiles + l * w + ATT_ACC, s->tiles + (l + 1) * w + ATT_ACC, rows,
                                       s->scores + l * KV_TILE + j0, s->scores + (l + 1) * KV_TILE + j0, m, D);
                         l++;
