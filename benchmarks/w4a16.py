@@ -105,7 +105,8 @@ def copy_gbps() -> float:
 
 def gemv_grid(n: int, k: int, group_size: int, num_sms: int):
     """GemvConfigs worth timing: 4 to 16 int32 words of each step per thread (a 16-byte load at least, and no
-    spills in Triton 3.9's sm_90 code), split-K only where the N tiles give fewer than 4 programs per SM."""
+    spills in Triton 3.9's sm_90 code), split-K only where the N tiles give fewer than 4 programs per SM; each with
+    the activations loaded as a vector and in the tile's shape (x_in_tile)."""
     from tiers.quantization.triton_w4a16_gemv import GemvConfig, gemv_steps
 
     for block_n in (8, 16, 32, 64):
@@ -117,7 +118,8 @@ def gemv_grid(n: int, k: int, group_size: int, num_sms: int):
                 tiles = -(-n // block_n)
                 for split_k in (1, 2, 4, 8):
                     if split_k == 1 or (tiles * split_k // 2 < 4 * num_sms and split_k <= steps // 2):
-                        yield GemvConfig(block_n, block_k, split_k, num_warps)
+                        for x_in_tile in (False, True):
+                            yield GemvConfig(block_n, block_k, split_k, num_warps, x_in_tile=x_in_tile)
 
 
 def dot_grid(m: int, n: int, k: int, group_size: int, num_sms: int):

@@ -4,6 +4,7 @@ QuantizedLinear picks the Triton path for int4 layers on CUDA only. The CPU case
 GPU machine they run in a process of their own (tests/test_triton_interpreter.py)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -228,9 +229,11 @@ GEMV_CASES = {
 
 
 @device_param
+@pytest.mark.parametrize("x_in_tile", [False, True])
 @pytest.mark.parametrize("case", list(GEMV_CASES))
-def test_gemv_matches_dequantized_reference(case, device):
+def test_gemv_matches_dequantized_reference(case, x_in_tile, device):
     m, n, k, group, config = GEMV_CASES[case]
+    config = dataclasses.replace(config, x_in_tile=x_in_tile)
     weight = random_int4(n, k, group, seed=len(case))
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(7))
     y = w4a16_matmul(x.to(device), weight.to(device), config)
@@ -239,10 +242,11 @@ def test_gemv_matches_dequantized_reference(case, device):
 
 
 @device_param
-def test_gemv_3d_and_strided_input(device):
+@pytest.mark.parametrize("x_in_tile", [False, True])
+def test_gemv_3d_and_strided_input(x_in_tile, device):
     """x [B, S, K] (M = 6), a slice with a row stride > K, and a column-major x (K stride 3)."""
     weight = quantize_int4(torch.randn(36, 128, generator=torch.Generator().manual_seed(2)), 32)
-    config = GemvConfig(16, 128, split_k=2)
+    config = GemvConfig(16, 128, split_k=2, x_in_tile=x_in_tile)
     x = torch.randn(2, 3, 128, generator=torch.Generator().manual_seed(3))
     y = w4a16_matmul(x.to(device), weight.to(device), config)
     assert y.shape == (2, 3, 36)
@@ -381,7 +385,8 @@ def test_cuda_matches_reference(dtype, m, n, k, group):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("m", [1, 3, 8])
-@pytest.mark.parametrize("config", [None, GemvConfig(32, 512, 2, num_warps=8)])
+@pytest.mark.parametrize("config", [None, GemvConfig(32, 512, 2, num_warps=8),
+                                    GemvConfig(16, 1024, num_warps=4, x_in_tile=True)])
 def test_cuda_gemv_matches_reference(dtype, m, config):
     if config is None:
         config = pick_gemv_config(m, 1000, 1024, 128, torch.cuda.get_device_properties(0).multi_processor_count)

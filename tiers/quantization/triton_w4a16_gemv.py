@@ -61,6 +61,11 @@ class GemvConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 1  # passed to Triton; no effect on 3.9's code for this kernel (it prefetches by itself)
+    # Load the activations in the weight tile's shape (every row the same address) instead of as one vector: the
+    # vector's layout is not the tile's, and Triton converts it through shared memory, with barriers, for each of a
+    # step's 8 nibbles (sm_90, Triton 3.9: 20 barriers a K step at one row, 4 this way, for ~10% more instructions).
+    # Opt-in until a GPU times it (`benchmarks.w4a16 --sweep` has both).
+    x_in_tile: bool = False
 
 
 @triton.jit
@@ -74,15 +79,16 @@ def _mantissa_code(words, J: tl.constexpr):
 
 
 @triton.jit
-def _row_products(words, x_ptrs, stride_xk):
-    """(x * (1 + c/16) summed over the 8 nibbles of each word [BLOCK_N, WORDS], x summed likewise [WORDS]);
-    x_ptrs: the activations of columns 8w. Each nibble's codes are built right where they are used."""
+def _row_products(words, x_ptrs, stride_xk, X_TILE: tl.constexpr):
+    """(x * (1 + c/16) summed over the 8 nibbles of each word [BLOCK_N, WORDS], x summed likewise: [WORDS], or
+    [BLOCK_N, WORDS] with X_TILE); x_ptrs: the activations of columns 8w, [WORDS] or (X_TILE) [BLOCK_N, WORDS].
+    Each nibble's codes are built right where they are used."""
     x = tl.load(x_ptrs).to(tl.float32)
-    p = _mantissa_code(words, 0) * x[None, :]
+    p = _mantissa_code(words, 0) * (x if X_TILE else x[None, :])
     x_sum = x
     for j in tl.static_range(1, 8):
         x = tl.load(x_ptrs + j * stride_xk).to(tl.float32)
-        p += _mantissa_code(words, j) * x[None, :]
+        p += _mantissa_code(words, j) * (x if X_TILE else x[None, :])
         x_sum += x
     return p, x_sum
 
@@ -91,7 +97,7 @@ def _row_products(words, x_ptrs, stride_xk):
 def _w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, M, N, steps_per_split, total_steps,
                        stride_xm, stride_xk, stride_wn, stride_sn, stride_os, stride_om, stride_on,
                        GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_K: tl.constexpr, SEG_K: tl.constexpr):
+                       BLOCK_K: tl.constexpr, SEG_K: tl.constexpr, X_TILE: tl.constexpr):
     WORDS: tl.constexpr = BLOCK_K // 8
     SEGS: tl.constexpr = BLOCK_K // SEG_K
     pid_n = tl.program_id(0)
@@ -103,6 +109,8 @@ def _w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, M, N, steps_per_spli
     word = tl.arange(0, WORDS)
     w_ptrs = w_ptr + n_row[:, None] * stride_wn + word[None, :]  # [BLOCK_N, WORDS] int32 words
     x_ptrs = x_ptr + (8 * word) * stride_xk
+    if X_TILE:
+        x_ptrs = x_ptrs[None, :] + (n_row * 0)[:, None]
     seg_col = tl.arange(0, SEGS) * SEG_K
     s_ptrs = s_ptr + n_row[:, None] * stride_sn  # [BLOCK_N, 1]
     z_ptrs = z_ptr + n_row[:, None] * stride_sn
@@ -129,10 +137,13 @@ def _w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, M, N, steps_per_spli
         for mi in tl.static_range(BLOCK_M):
             # M > BLOCK_M / 2 (BLOCK_M is the next power of two): only the rows above that need a run-time check.
             if mi <= BLOCK_M // 2 or mi < M:
-                p, xs = _row_products(words, x_ptrs + mi * stride_xm + k0 * stride_xk, stride_xk)
+                p, xs = _row_products(words, x_ptrs + mi * stride_xm + k0 * stride_xk, stride_xk, X_TILE)
                 dot = tl.sum(tl.reshape(p, [BLOCK_N, SEGS, SEG_K // 8]), axis=2)
-                x_sum = tl.sum(tl.reshape(xs, [SEGS, SEG_K // 8]), axis=1)
-                row = tl.sum(scale16 * dot + zero16 * x_sum[None, :], axis=1)
+                if X_TILE:
+                    x_sum = tl.sum(tl.reshape(xs, [BLOCK_N, SEGS, SEG_K // 8]), axis=2)
+                else:
+                    x_sum = tl.sum(tl.reshape(xs, [SEGS, SEG_K // 8]), axis=1)[None, :]
+                row = tl.sum(scale16 * dot + zero16 * x_sum, axis=1)
                 acc = tl.where(rows[None, :] == mi, acc + row[:, None], acc)
         words, scale, zero = words_next, scale_next, zero_next
     out_ptrs = out_ptr + pid_k * stride_os + rows[None, :] * stride_om + n[:, None] * stride_on
@@ -219,4 +230,4 @@ def launch_gemv(x2: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mi
         x2.stride(0), x2.stride(1), words.stride(0), scales.stride(0), stride_os, target.stride(-2),
         target.stride(-1),
         GROUP_SIZE=group_size, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=config.block_n, BLOCK_K=block_k,
-        SEG_K=seg_k, num_warps=config.num_warps, num_stages=config.num_stages)
+        SEG_K=seg_k, X_TILE=config.x_in_tile, num_warps=config.num_warps, num_stages=config.num_stages)
