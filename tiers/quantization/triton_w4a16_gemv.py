@@ -63,7 +63,7 @@ class GemvConfig:
     num_stages: int = 1  # passed to Triton; no effect on 3.9's code for this kernel (it prefetches by itself)
     # Load the activations in the weight tile's shape (every row the same address) instead of as one vector: the
     # vector's layout is not the tile's, and Triton converts it through shared memory, with barriers, for each of a
-    # step's 8 nibbles (sm_90, Triton 3.9: 20 barriers a K step at one row, 4 this way, for ~10% more instructions).
+    # step's 8 nibbles (sm_90, Triton 3.9: 20 barriers a K step at one row, 4 this way, for ~12% more instructions).
     # Opt-in until a GPU times it (`benchmarks.w4a16 --sweep` has both).
     x_in_tile: bool = False
 
