@@ -24,6 +24,8 @@ Parts, in the order they run (--parts picks; copy joins any part that reports a 
 Every many-request run (the int4 and awq70b ones) also reports its prefill and decode apart: prompt tokens / the
 time of the steps that ran prompt tokens ("prefill tok/s"; decode rows of other requests may ride along in them),
 and output tokens / the time of the other steps ("decode tok/s (batched)"), with the seconds and steps of each.
+Before such a run (and the throughput part's), prompts of 96, 192 and 600 tokens run alone, so that Triton has
+compiled every prefill path (the INT4 tl.dot's larger tiles, the dense path) before the clock starts.
 
 Rough durations on an H100, checkpoints not yet built: ESTIMATES, except awq70b's (measured 2026-11-27):
   copy ~10 s; decode1b ~2.5 min (building 1B ~20 s, transformers' compile ~1 min); decode8b ~4 min (building 8B
