@@ -38,7 +38,7 @@ sweep).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -204,7 +204,7 @@ def pick_gemv_config(m: int, n: int, k: int, group_size: int, num_sms: int) -> G
     while ((tiles * split_k < num_sms or steps > MAX_SLICE_STEPS * split_k)
            and split_k * 2 <= min(MAX_SPLIT_K, steps // 2)):
         split_k *= 2
-    return GemvConfig(config.block_n, config.block_k, split_k, config.num_warps, config.num_stages)
+    return replace(config, split_k=split_k)
 
 
 def _int32_words(packed: torch.Tensor) -> torch.Tensor:
