@@ -31,11 +31,15 @@ DIVISIBLE = ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "out_ptr", "N", "stride_xm", "s
              "stride_om")
 
 
-def parse_config(text: str) -> tuple[int, int, int, int, int]:
-    """"block_m,block_n,block_k,num_warps,num_stages" -> its fields."""
+DOT_FIELDS = "block_m,block_n,block_k,num_warps,num_stages"
+GEMV_FIELDS = "rows,block_n,block_k,num_warps,x_in_tile"
+
+
+def parse_config(text: str, fields: str = DOT_FIELDS) -> tuple[int, int, int, int, int]:
+    """"block_m,block_n,block_k,num_warps,num_stages" (or the GEMV's `fields`) -> its fields."""
     parts = text.split(",")
     if len(parts) != 5 or not all(p.strip().isdigit() for p in parts):
-        raise SystemExit(f"a config is block_m,block_n,block_k,num_warps,num_stages, got {text!r}")
+        raise SystemExit(f"a config is {fields}, got {text!r}")
     bm, bn, bk, warps, stages = (int(p) for p in parts)
     return bm, bn, bk, warps, stages
 
@@ -74,6 +78,8 @@ def compile_gemv(arch: int, config: tuple[int, int, int, int, int]) -> bytes:
     from tiers.quantization import triton_w4a16_gemv
 
     rows, bn, bk, warps, x_tile = config
+    if x_tile not in (0, 1):
+        raise SystemExit(f"a GEMV config's x_in_tile is 0 or 1, got {x_tile}")
     pointers = dict(x_ptr="*fp16", w_ptr="*i32", s_ptr="*fp32", z_ptr="*fp32", out_ptr="*fp16")
     int_args = ("M", "N", "steps_per_split", "total_steps", "stride_xm", "stride_xk", "stride_wn", "stride_sn",
                 "stride_os", "stride_om", "stride_on")
@@ -106,14 +112,14 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--configs", nargs="*", default=["16,64,128,4,3", "32,64,128,4,3", "64,64,64,4,3"])
-    parser.add_argument("--gemv", nargs="*", default=[], help="GEMV configs: rows,block_n,block_k,num_warps,x_in_tile")
+    parser.add_argument("--gemv", nargs="*", default=[], help=f"GEMV configs: {GEMV_FIELDS}")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter compiles nothing")
     for text in args.configs:
         print(f"{text:28s} {describe(compile_config(args.arch, parse_config(text)))}", flush=True)
     for text in args.gemv:
-        print(f"gemv {text:23s} {describe(compile_gemv(args.arch, parse_config(text)))}", flush=True)
+        print(f"gemv {text:23s} {describe(compile_gemv(args.arch, parse_config(text, GEMV_FIELDS)))}", flush=True)
 
 
 if __name__ == "__main__":
