@@ -209,6 +209,25 @@ def test_a_thread_out_of_work_takes_the_rest_of_anothers_and_the_bits_stay():
     torch.set_num_threads(1)
 
 
+def test_threads_split_a_fused_weight_by_its_parts_bytes():
+    """Parts of different bytes per row (Q4_K, Q6_K, Q8_0), large enough to be split between threads: each thread's
+    run starts where its share of the bytes does, inside any part, and every output row is computed once, with the
+    bits of each part alone on one thread."""
+    library = native_library()
+    parts = [_weight(kind, n, 512, seed)[0] for kind, n, seed in (("Q4_K", 300, 1), ("Q6_K", 200, 2), ("Q8_0", 100, 3))]
+    fused = KQuantWeight.cat(parts)
+    x = torch.randn(5, 512)
+    torch.set_num_threads(1)
+    want = torch.cat([gemm(library, x, w) for w in parts], dim=1)
+    try:
+        for threads in (2, 3, 4, 7):
+            torch.set_num_threads(threads)
+            gemm(library, -x, fused)  # a row no thread computes would keep this call's values
+            assert torch.equal(gemm(library, x, fused), want), threads
+    finally:
+        torch.set_num_threads(1)
+
+
 def test_tiles_are_blocked_from_three_quarters_of_the_l1():
     """The blocking threshold (R x K) comes from this machine's L1 data cache, not from one CPU model's. The C
     library asks glibc's sysconf; `getconf` is glibc's own reader of the same value (Python's os.sysconf lacks the
