@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -252,6 +253,25 @@ def test_each_row_is_independent_of_its_batch(threads):
         full = gemm(library, x, weight)
         assert all(torch.equal(full[i:i + 1], gemm(library, x[i:i + 1], weight)) for i in range(13))
         assert torch.equal(full[3:9], gemm(library, x[3:9], weight))
+
+
+def test_a_calls_activations_give_the_same_bits_in_a_kept_block_a_grown_one_or_their_own():
+    """A call's activation arrays up to 1 MB stay with the calling thread for its next call (grown when a call needs
+    more), a larger call's are its own: a batch of each size in any order, on any thread, gives each row's bits."""
+    library = native_library()
+    weight, _ = _weight("Q4_K_R", 64, 1024, 5)
+    x = torch.randn(600, 1024)  # all 600 rows: ~2 MB of arrays, a block of the call's own
+    alone = [gemm(library, x[i:i + 1], weight) for i in (0, 99, 599)]
+    some = gemm(library, x[:100], weight)  # ~0.3 MB: the thread's block grows
+    every = gemm(library, x, weight)
+    assert torch.equal(some[0:1], alone[0]) and torch.equal(some[99:100], alone[1])
+    assert torch.equal(every[:100], some) and torch.equal(every[599:600], alone[2])
+    assert torch.equal(gemm(library, x[599:600], weight), alone[2])
+    elsewhere: dict[str, torch.Tensor] = {}
+    thread = threading.Thread(target=lambda: elsewhere.setdefault("rows", gemm(library, x[:100], weight)))
+    thread.start()
+    thread.join()
+    assert torch.equal(elsewhere["rows"], some)
 
 
 def test_a_fused_weight_keeps_each_parts_type():
