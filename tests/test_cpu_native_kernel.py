@@ -3,6 +3,8 @@ against an exact emulation of its arithmetic, its packing, batch invariance, and
 compiler."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -116,6 +118,28 @@ def test_each_row_is_independent_of_its_batch(threads):
             full = gemm(library, x, rows, k, w8)
             assert all(torch.equal(full[i:i + 1], gemm(library, x[i:i + 1], rows, k, w8)) for i in range(13))
             assert torch.equal(full[3:9], gemm(library, x[3:9], rows, k, w8))
+
+
+def test_a_calls_activations_give_the_same_bits_in_a_kept_block_a_grown_one_or_their_own():
+    """The activations' arrays of a call up to 1 MB stay with the calling thread (grown when a call needs more), a
+    larger call's are its own (kept_block.h): any size in any order, on any thread, gives each row's bits."""
+    torch.manual_seed(4)
+    library = native_library()
+    k, n = 1024, 64
+    rows = pack_w4(torch.randint(0, 16, (n, k), dtype=torch.uint8), torch.rand(n, k // BLOCK),
+                   torch.rand(n, k // BLOCK))
+    x = torch.randn(1100, k)  # all of them: ~1.2 MB of arrays, a block of the call's own
+    alone = [gemm(library, x[i:i + 1], rows, k, False) for i in (0, 99, 1099)]
+    some = gemm(library, x[:100], rows, k, False)  # ~0.1 MB: the thread's block grows
+    every = gemm(library, x, rows, k, False)
+    assert torch.equal(some[0:1], alone[0]) and torch.equal(some[99:100], alone[1])
+    assert torch.equal(every[:100], some) and torch.equal(every[1099:1100], alone[2])
+    assert torch.equal(gemm(library, x[1099:1100], rows, k, False), alone[2])
+    elsewhere: dict[str, torch.Tensor] = {}
+    thread = threading.Thread(target=lambda: elsewhere.setdefault("rows", gemm(library, x[:100], rows, k, False)))
+    thread.start()
+    thread.join()
+    assert torch.equal(elsewhere["rows"], some)
 
 
 def test_layers_pick_the_native_kernel_and_read_back_their_weights():

@@ -23,13 +23,13 @@
  */
 #define _DEFAULT_SOURCE /* sysconf's cache sizes */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "kept_block.h"
 #include "q8.h"
 
 #if defined(_OPENMP)
@@ -1860,50 +1860,10 @@ static void tile(int type, const acts_t *a, int64_t m0, int R, int64_t K, const 
     }
 }
 
-/* A call's activation arrays live in one block, each array 64-byte aligned. A block of up to ACTS_KEEP bytes stays
- * with the calling thread for its next call (freed when the thread ends). The 1.5B's decode makes 113 calls a token;
- * allocating and freeing up to 15 arrays each, right after the last call's weights had streamed through the caches,
- * took 2.4 us a call (0.69 -> 0.42 ms a token before the parallel regions, the activations' rounding included). */
-#define ACTS_KEEP ((size_t)1 << 20)
-typedef struct {
-    void *block;
-    size_t bytes;
-} acts_cache;
-static pthread_key_t acts_key;
-static int acts_key_made; /* 0 when pthread_key_create failed: no block is kept */
-static pthread_once_t acts_key_once = PTHREAD_ONCE_INIT;
-static void acts_cache_free(void *c) {
-    free(((acts_cache *)c)->block);
-    free(c);
-}
-static void acts_key_create(void) { acts_key_made = !pthread_key_create(&acts_key, acts_cache_free); }
-
-/* a block of `bytes` (64-byte aligned): the thread's kept one when it is large enough, or kept from now on, or
- * the caller's to free (*owned) when it is larger than ACTS_KEEP; NULL when memory ran out */
-static void *acts_block(size_t bytes, int *owned) {
-    *owned = 0;
-    pthread_once(&acts_key_once, acts_key_create);
-    const int keep = bytes <= ACTS_KEEP && acts_key_made;
-    acts_cache *c = keep ? pthread_getspecific(acts_key) : NULL;
-    if (keep && !c) {
-        c = calloc(1, sizeof *c);
-        if (c && pthread_setspecific(acts_key, c)) {
-            free(c);
-            c = NULL;
-        }
-    }
-    if (c && c->bytes >= bytes) return c->block;
-    void *block = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (c && block) {
-        free(c->block);
-        c->block = block;
-        c->bytes = bytes;
-    } else {
-        *owned = block != NULL;
-    }
-    return block;
-}
-
+/* A call's activation arrays live in one block, each array 64-byte aligned, from kept_block (kept_block.h). The
+ * 1.5B's decode makes 113 calls a token; allocating and freeing up to 15 arrays each, right after the last call's
+ * weights had streamed through the caches, took 2.4 us a call (0.69 -> 0.42 ms a token before the parallel regions,
+ * the activations' rounding included). */
 static void acts_free(acts_t *a) {
     if (a->owned) free(a->block);
 }
@@ -1945,7 +1905,7 @@ static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, 
 #undef ACTS_ARRAY
     size_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += (size_t)(sizes[i] + 63) / 64 * 64;
-    uint8_t *block = acts_block(bytes, &a->owned);
+    uint8_t *block = kept_block(bytes, &a->owned);
     if (!block) return -1;
     a->block = block;
     for (int i = 0; i < n; i++) {

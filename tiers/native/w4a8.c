@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kept_block.h"
 #include "q8.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
@@ -74,6 +75,8 @@ typedef struct {
     int8_t *q;    /* [M, K], pairs interleaved */
     float *d;     /* [M, nb] block scales */
     float *dsum;  /* [M, nb] d * sum(q) */
+    void *block;  /* where the three are (kept_block) */
+    int owned;    /* the block is this call's to free */
 } quantized_rows;
 
 /* one block of QK activations -> int8 codes in natural order, its scale d and d * sum(codes) */
@@ -111,20 +114,20 @@ static void quantize_row(const float *x, int64_t K, int8_t *q, float *d, float *
 }
 
 static int quantize_rows(const float *x, int64_t M, int64_t K, int64_t ldx, int nthreads, quantized_rows *r) {
-    const int64_t nb = K / QK;
-    r->q = (int8_t *)aligned_alloc(64, ((M * K + 63) / 64) * 64);
-    r->d = (float *)malloc(sizeof(float) * (M * nb + 1));
-    r->dsum = (float *)malloc(sizeof(float) * (M * nb + 1));
-    if (!r->q || !r->d || !r->dsum) return -1;
+    const int64_t nb = K / QK, q_bytes = (M * K + 63) / 64 * 64, d_bytes = (int64_t)sizeof(float) * (M * nb + 1);
+    uint8_t *block = kept_block((size_t)(q_bytes + 2 * ((d_bytes + 63) / 64 * 64)), &r->owned);
+    if (!block) return -1;
+    r->block = block;
+    r->q = (int8_t *)block;
+    r->d = (float *)(block + q_bytes);
+    r->dsum = (float *)(block + q_bytes + (d_bytes + 63) / 64 * 64);
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
     for (int64_t m = 0; m < M; m++) quantize_row(x + m * ldx, K, r->q + m * K, r->d + m * nb, r->dsum + m * nb);
     return 0;
 }
 
 static void free_rows(quantized_rows *r) {
-    free(r->q);
-    free(r->d);
-    free(r->dsum);
+    if (r->owned) free(r->block);
 }
 
 /* The odd last block of a row (natural order), plain C: rare (K / 32 odd), so kept simple. */
