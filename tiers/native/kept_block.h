@@ -7,6 +7,7 @@
 #define AIO_KEPT_BLOCK_H
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #define KEPT_BLOCK_MAX ((size_t)1 << 20)
@@ -53,6 +54,20 @@ static void *kept_block(size_t bytes, int *owned) {
         slot->bytes = bytes;
     } else {
         *owned = block != NULL;
+    }
+    return block;
+}
+
+/* n arrays in one kept_block, each 64-byte aligned (its size rounded up to 64 bytes): *arrays[i] gets the i-th,
+ * of bytes[i]; returns the block (see kept_block for *owned), or NULL when memory ran out */
+static void *kept_arrays(int n, void **const *arrays, const int64_t *bytes, int *owned) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)(bytes[i] + 63) / 64 * 64;
+    unsigned char *const block = (unsigned char *)kept_block(total, owned);
+    unsigned char *at = block;
+    for (int i = 0; block && i < n; i++) {
+        *arrays[i] = at;
+        at += (bytes[i] + 63) / 64 * 64;
     }
     return block;
 }

@@ -1860,7 +1860,7 @@ static void tile(int type, const acts_t *a, int64_t m0, int R, int64_t K, const 
     }
 }
 
-/* A call's activation arrays live in one block, each array 64-byte aligned, from kept_block (kept_block.h). The
+/* A call's activation arrays live in one block, each array 64-byte aligned (kept_arrays, kept_block.h). The
  * 1.5B's decode makes 113 calls a token; allocating and freeing up to 15 arrays each, right after the last call's
  * weights had streamed through the caches, took 2.4 us a call (0.69 -> 0.42 ms a token before the parallel regions,
  * the activations' rounding included). */
@@ -1903,16 +1903,8 @@ static int acts_alloc(acts_t *a, int64_t M, int64_t K, int need_32, int need_k, 
         ACTS_ARRAY(a->k.pd, M * (K / 512 * 32) + 16);
     }
 #undef ACTS_ARRAY
-    size_t bytes = 0;
-    for (int i = 0; i < n; i++) bytes += (size_t)(sizes[i] + 63) / 64 * 64;
-    uint8_t *block = kept_block(bytes, &a->owned);
-    if (!block) return -1;
-    a->block = block;
-    for (int i = 0; i < n; i++) {
-        *fields[i] = block;
-        block += (sizes[i] + 63) / 64 * 64;
-    }
-    return 0;
+    a->block = kept_arrays(n, fields, sizes, &a->owned);
+    return a->block ? 0 : -1;
 }
 
 /* a thread's run of chunks [front, back) as one word (front << 32 | back), on its own cache line: the owner takes
@@ -2038,10 +2030,10 @@ int aio_gemm_kq_parts(const float *x, int64_t M, int64_t K, int64_t ldx, int npa
         acts_free(&a);
         return -1;
     }
-    for (int t = 0; parallel && t < nthreads; t++) {
-        const int64_t front = run_start(t, nthreads, total, nparts, first_chunk, first_byte, types, K);
+    for (int64_t t = 0, front = 0; parallel && t < nthreads; t++) { /* thread 0's run starts at chunk 0 */
         const int64_t back = run_start(t + 1, nthreads, total, nparts, first_chunk, first_byte, types, K);
         atomic_init(&runs[t].range, ((uint64_t)front << 32) | (uint64_t)back);
+        front = back;
     }
 #pragma omp parallel num_threads(nthreads) if (parallel)
     {

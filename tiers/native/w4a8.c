@@ -75,7 +75,7 @@ typedef struct {
     int8_t *q;    /* [M, K], pairs interleaved */
     float *d;     /* [M, nb] block scales */
     float *dsum;  /* [M, nb] d * sum(q) */
-    void *block;  /* where the three are (kept_block) */
+    void *block;  /* where the three are (kept_arrays) */
     int owned;    /* the block is this call's to free */
 } quantized_rows;
 
@@ -114,13 +114,11 @@ static void quantize_row(const float *x, int64_t K, int8_t *q, float *d, float *
 }
 
 static int quantize_rows(const float *x, int64_t M, int64_t K, int64_t ldx, int nthreads, quantized_rows *r) {
-    const int64_t nb = K / QK, q_bytes = (M * K + 63) / 64 * 64, d_bytes = (int64_t)sizeof(float) * (M * nb + 1);
-    uint8_t *block = kept_block((size_t)(q_bytes + 2 * ((d_bytes + 63) / 64 * 64)), &r->owned);
-    if (!block) return -1;
-    r->block = block;
-    r->q = (int8_t *)block;
-    r->d = (float *)(block + q_bytes);
-    r->dsum = (float *)(block + q_bytes + (d_bytes + 63) / 64 * 64);
+    const int64_t nb = K / QK, d_bytes = (int64_t)sizeof(float) * (M * nb + 1);
+    void **const arrays[3] = {(void **)&r->q, (void **)&r->d, (void **)&r->dsum};
+    const int64_t bytes[3] = {M * K, d_bytes, d_bytes};
+    r->block = kept_arrays(3, arrays, bytes, &r->owned);
+    if (!r->block) return -1;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (M * K >= 65536)
     for (int64_t m = 0; m < M; m++) quantize_row(x + m * ldx, K, r->q + m * K, r->d + m * nb, r->dsum + m * nb);
     return 0;
