@@ -60,6 +60,25 @@ def test_kept_logits_are_the_full_heads(make_head):
     assert draft.logits(torch.randn(1, HIDDEN)).argmax().item() in set(kept.tolist())
 
 
+@pytest.mark.parametrize("make_head", heads())
+def test_a_greedy_draft_token_from_the_kept_rows_is_the_whole_vocabularys(make_head):
+    """The proposer picks from the kept rows without spreading them over the vocabulary: the same token as
+    torch.argmax over the whole row (-inf elsewhere), ties going to the least token id, and the same confidence."""
+    from tiers.engine.spec_decode.proposer import _argmax_prob
+
+    draft = DraftHead.build(make_head(), VOCAB, SIZE, always=(998, 5))
+    draft.add([700, 3, 701])
+    torch.manual_seed(2)
+    x = torch.randn(4, HIDDEN)
+    kept = draft.kept_logits(x)
+    assert kept.token_ids[SIZE:].tolist() == [998, 700, 701]
+    kept.values[3, SIZE] = kept.values[3, SIZE + 2] = kept.values[3].max() + 1  # a tie: the later row, the lesser id
+    full = kept.full()
+    tokens, confidence = _argmax_prob(kept)
+    assert torch.equal(tokens, full.argmax(-1)) and tokens[3] == 701
+    torch.testing.assert_close(confidence, torch.softmax(full.double(), -1).max(-1).values.float())
+
+
 def test_rows_stop_at_twice_the_size_and_the_source_is_untouched():
     head = float_head()
     before = head.weight.clone()

@@ -15,7 +15,7 @@ from tiers.attention.native_backend import NativeCPUAttentionBackend
 from tiers.attention.selector import get_attention_backend
 from tiers.models.rotary import apply_rotary_one
 from tiers.native import DEFAULT_FLAGS, build_library, native_library
-from tiers.native.ops import argmax_prob, paged_attention, rmsnorm, rotary_, silu_mul
+from tiers.native.ops import argmax, argmax_prob, paged_attention, rmsnorm, rotary_, silu_mul
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(native_library() is None, reason="the native library does not build here")]
@@ -48,6 +48,56 @@ def test_argmax_prob_matches_torch():
         token, prob = argmax_prob(native_library(), y)
         assert torch.equal(token, y.argmax(-1))
         _assert_within_summation_bound(prob, y)
+
+
+def test_argmax_is_torchs_first_of_equal_maxima_and_first_nan():
+    """torch.argmax's index on rows that reach every branch of the 64-lane scan: ties inside one lane and across
+    lanes (the earlier wins), a tie in the tail, all equal, all -inf, -0.0 beside 0.0, NaNs (the first NaN, as
+    torch counts NaN the largest), lengths around the lanes, and strided rows."""
+    torch.manual_seed(0)
+    native = native_library()
+    for v in (1, 2, 17, 63, 64, 65, 127, 128, 129, 1000, 151936):
+        x = torch.randn(12, v) * 3
+        top = x.abs().max() + 1
+        x[1, v // 2] = x[1, v - 1] = top  # a tie, the later one in the tail where there is one
+        x[2, v - 1] = x[2, 0] = top
+        x[3, :] = 0.5  # all equal
+        x[4, :] = float("-inf")
+        x[5, :] = -1.0
+        x[5, v - 1] = 0.0
+        x[5, v // 3] = -0.0
+        x[6, v // 2] = float("nan")
+        x[7, v - 1] = float("nan")
+        x[7, v // 4] = float("nan")
+        x[8, ::64] = top  # one per lane position 0: every lane's first
+        x[9, 64 * (v // 128):] = top  # ties in several lanes, the first in a later block
+        x[10, :] = float("-inf")
+        x[10, v - 1] = -1e30
+        assert torch.equal(argmax(native, x), x.argmax(-1)), v
+        wide = torch.randn(3, v + 40)
+        assert torch.equal(argmax(native, wide[:, 7:7 + v]), wide[:, 7:7 + v].argmax(-1))
+
+
+def test_argmax_prob_over_kept_rows_is_the_whole_vocabularys():
+    """A reduced draft head's kept rows with their token ids (in any order): the token is torch.argmax over the whole
+    vocabulary with -inf elsewhere (the least id of equal maxima), the probability that row's softmax's."""
+    torch.manual_seed(1)
+    native = native_library()
+    vocab = 5000
+    for n in (3, 64, 65, 777):
+        ids = torch.randperm(vocab)[:n].contiguous()
+        values = torch.randn(4, n) * 4
+        values[1, : n // 2] = values[1].max() + 1  # n // 2 equal maxima under ids in random order
+        if n > 69:  # two equal maxima in one lane, the later under the smaller id
+            values[0, 5] = values[0, 69] = values[0].max() + 1
+            if ids[69] > ids[5]:
+                ids[[5, 69]] = ids[[69, 5]]
+        values[2, :] = 0.0
+        values[3, n - 1] = float("nan")
+        full = torch.full((4, vocab), float("-inf")).index_copy_(1, ids, values)
+        token, prob = argmax_prob(native, values, ids)
+        assert torch.equal(token, full.argmax(-1)), n
+        _assert_within_summation_bound(prob[:3], full[:3])
 
 
 def _assert_within_summation_bound(prob: torch.Tensor, logits: torch.Tensor) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from tiers.engine.sampler import exponential_race, processed_probs
+from tiers.engine.sampler import exponential_race, greedy_tokens, processed_probs
 from tiers.engine.sequence import Sequence
 
 
@@ -24,7 +24,7 @@ def rejection_sample(logits: torch.Tensor, seqs: list[Sequence], row_starts: lis
     out: list[list[int]] = [[] for _ in seqs]
     greedy = [i for i, s in enumerate(seqs) if s.params.greedy]
     if greedy:
-        argmax = logits.argmax(dim=-1).tolist()
+        argmax = greedy_tokens(logits).tolist()
         for i in greedy:
             draft, r = seqs[i].spec_token_ids, row_starts[i]
             a = 0

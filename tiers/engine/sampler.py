@@ -7,6 +7,8 @@ import torch
 
 from tiers.engine.logits_processor import process_logits
 from tiers.engine.sequence import Sequence, TokenLogprob
+from tiers.native import native_library
+from tiers.native.ops import argmax
 
 
 @dataclass
@@ -16,6 +18,15 @@ class SamplerOutput:
     logprobs: list[TokenLogprob | None] = field(default_factory=list)
     num_draft_tokens: int = 0  # draft tokens verified this step
     num_accepted: int = 0  # of which accepted
+
+
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's argmax (torch.argmax's: the first of equal maxima, a NaN the largest): one native call on CPU,
+    where torch's took 230 us a 151,936-token row and 0.7 ms a verification's 5 (one running maximum a row)."""
+    native = native_library() if logits.device.type == "cpu" else None
+    if native is not None and logits.dtype == torch.float32 and logits.dim() == 2 and logits.stride(-1) == 1:
+        return argmax(native, logits)
+    return logits.argmax(dim=-1)
 
 
 def exponential_race(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -30,7 +41,7 @@ def sample(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[
     chosen from the processed logits (penalties, logit_bias, min_tokens, grammar); logprobs are the model's raw
     distribution's."""
     chosen_from = process_logits(logits, seqs)
-    tokens = chosen_from.argmax(dim=-1)
+    tokens = greedy_tokens(chosen_from)
     sampled_rows = [i for i, seq in enumerate(seqs) if not seq.params.greedy]
     if sampled_rows:
         rows = torch.tensor(sampled_rows, device=logits.device)

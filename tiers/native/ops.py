@@ -1,4 +1,4 @@
-"""Python entry points of ops.c (RMSNorm, SiLU-and-mul, paged attention, argmax with its probability) on float32
+"""Python entry points of ops.c (RMSNorm, SiLU-and-mul, paged attention, argmax and argmax with its probability) on float32
 CPU tensors. Callers check dtype and layout; these only pass pointers."""
 from __future__ import annotations
 
@@ -26,12 +26,26 @@ def silu_mul(native: NativeLibrary, gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def argmax_prob(native: NativeLibrary, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits float32 [M, V] (contiguous) -> each row's argmax (the first of equal maxima, as torch.argmax) and its
-    softmax probability: int64 [M], float32 [M]."""
+def argmax(native: NativeLibrary, x: torch.Tensor) -> torch.Tensor:
+    """x float32 [M, V] (rows contiguous, rows may be strided) -> int64 [M], torch.argmax(x, -1): the first of equal
+    maxima, a NaN counting as the largest."""
+    m, v = x.shape
+    token = torch.empty(m, dtype=torch.int64)
+    native.lib.aio_argmax(x.data_ptr(), m, v, x.stride(0), token.data_ptr())
+    return token
+
+
+def argmax_prob(native: NativeLibrary, logits: torch.Tensor, token_ids: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits float32 [M, V] (contiguous) -> each row's argmax (as `argmax`) and its softmax probability: int64 [M],
+    float32 [M]. token_ids (int64 [V], contiguous): the logits are those tokens' (a reduced head's kept rows, -inf
+    for every other token); the argmax is then the token id, the least of equal maxima."""
     m, v = logits.shape
+    assert token_ids is None or (token_ids.shape == (v,) and token_ids.dtype == torch.int64
+                                 and token_ids.is_contiguous())
     token, prob = torch.empty(m, dtype=torch.int64), torch.empty(m, dtype=torch.float32)
-    native.lib.aio_argmax_prob(logits.data_ptr(), m, v, token.data_ptr(), prob.data_ptr())
+    native.lib.aio_argmax_prob(logits.data_ptr(), m, v, token_ids.data_ptr() if token_ids is not None else None,
+                               token.data_ptr(), prob.data_ptr())
     return token, prob
 
 

@@ -16,8 +16,10 @@ def declare_ops(lib: ctypes.CDLL) -> None:
     lib.aio_rmsnorm.restype = None
     lib.aio_silu_mul.argtypes = [PTR, PTR, I64, I64, INT]
     lib.aio_silu_mul.restype = None
-    lib.aio_argmax_prob.argtypes = [PTR, I64, I64, PTR, PTR]
+    lib.aio_argmax_prob.argtypes = [PTR, I64, I64, PTR, PTR, PTR]
     lib.aio_argmax_prob.restype = None
+    lib.aio_argmax.argtypes = [PTR, I64, I64, I64, PTR]
+    lib.aio_argmax.restype = None
     lib.aio_paged_attention.argtypes = [PTR, I64, PTR, I64, PTR, I64, PTR, PTR, PTR, I64, PTR, PTR, PTR, I64, INT, INT,
                                         INT, INT, FLOAT, PTR, INT]
     lib.aio_paged_attention.restype = INT

@@ -20,7 +20,7 @@ from tiers.engine.input_batch import ForwardChunk, prepare_inputs
 from tiers.engine.kv_cache import KVCache
 from tiers.engine.model_runner import ModelRunner
 from tiers.engine.sequence import Sequence
-from tiers.engine.spec_decode.draft_head import DraftHead
+from tiers.engine.spec_decode.draft_head import DraftHead, DraftLogits
 from tiers.models.config import ModelConfig
 from tiers.models.llama import LlamaForCausalLM
 
@@ -45,9 +45,9 @@ class DraftRunner:
         self.head = DraftHead.build(model.lm_head, vocab, draft_vocab_size, always)
 
     @torch.inference_mode()
-    def last_logits(self, chunks: list[ForwardChunk]) -> torch.Tensor:
+    def last_logits(self, chunks: list[ForwardChunk]) -> DraftLogits:
         """Writes the chunks' KV into the draft pool; returns the logits after each chunk's last token, in the
-        order of `chunks` ([len(chunks), vocab], float32; -inf for the tokens outside the draft head's rows)."""
+        order of `chunks` (len(chunks) rows: the draft head's kept tokens, or the whole vocabulary)."""
         if self.head is not None:
             self.head.add(t for c in chunks for t in c.token_ids)
         inputs = prepare_inputs(chunks, self.attention_backend, self.kv_cache.layers, self.block_size, self.device,
@@ -57,7 +57,9 @@ class DraftRunner:
         for j, i in enumerate(inputs.order):
             rows[i] = inputs.last_rows[j]
         last = hidden[torch.tensor(rows, device=self.device)]
-        return self.head.logits(last) if self.head is not None else self.model.compute_logits(last)
+        if self.head is not None:
+            return self.head.kept_logits(last)
+        return DraftLogits(self.model.compute_logits(last), None, self.model_config.vocab_size)
 
     def computed_prefix(self, seq: Sequence) -> int:
         """How many of seq's leading tokens have their draft KV in the pool: past the draft's own count, the full
