@@ -135,3 +135,63 @@ def test_the_cpu_kv_cache_is_zeros_on_huge_pages():
     k, v = cache.layers[1]
     k[2, 3] = 1.0
     assert cache.k_cache[1, 2, 3].eq(1.0).all() and cache.k_cache.sum() == 2 * 32 and not v.any()
+
+
+@needs_thp
+def test_a_slab_arena_packs_copies_first_fit_on_whole_huge_pages():
+    """Copies with the source's values, each `align`-aligned, placed in the first slab with room (a small one after
+    a large one fills the first slab's gap), a copy larger than a slab in a buffer of whole huge pages of its own,
+    and every byte of every copy in a mapping advised as huge pages; a slab lives as long as a copy in it."""
+    arena = huge_pages.SlabArena(slab_bytes=2 * HUGE_PAGE, align=4096)
+    sources = [torch.randint(0, 256, (n,), dtype=torch.uint8) for n in (5 << 20, 100_000, 4_100_000, 5000)]
+    sources.append(torch.randn(300, 100))  # another dtype and shape
+    copies = [arena.copy(s) for s in sources]
+    for source, copy in zip(sources, copies):
+        assert copy.shape == source.shape and copy.dtype == source.dtype and torch.equal(copy, source)
+        start, end = _span(copy)
+        assert start % 4096 == 0 and _advised_bytes(start, end) == end - start
+    assert len(arena.slabs) == 2  # 100,000 B, 5,000 B and 120,000 B in the first, 4,100,000 B in the second
+    first = arena.slabs[0][0].data_ptr()
+    assert [c.data_ptr() - first for c in (copies[1], copies[3], copies[4])] == [0, 102_400, 110_592]
+    assert _span(copies[0])[0] % HUGE_PAGE == 0  # its own buffer: 6 MB of huge pages for 5 MB
+    start, end = _span(arena.slabs[0][0])
+    small = copies[3]
+    del arena, sources, copies, source, copy
+    gc.collect()
+    assert torch.equal(small, small.clone()) and _advised_bytes(start, end) == end - start  # held by one copy
+    del small
+    gc.collect()
+    assert not any(low < end and high > start for low, high, _ in _mappings())
+
+
+@needs_thp
+def test_a_models_streamed_weights_are_packed_and_compute_the_same():
+    """pack_streamed_weights moves every native projection's weight onto huge pages, the K-quant parts and the INT8
+    records alike, with the same bits out of the layer; a head whose rows a tied embedding reads stays shared."""
+    from tiers.native import native_library
+    from tiers.quantization.int8 import quantize_int8
+    from tiers.quantization.linear import QuantizedEmbedding, QuantizedLinear
+    from tiers.quantization.placement import pack_streamed_weights
+
+    if native_library() is None:
+        pytest.skip("the native library does not build here")
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    kq = QuantizedLinear(KQuantWeight([("Q6_K", torch.from_numpy(make_blocks("Q6_K", 300, 512, rng))),
+                                       ("Q8_0", torch.from_numpy(make_blocks("Q8_0", 40, 512, rng)))], 512))
+    int8 = QuantizedLinear(quantize_int8(torch.randn(96, 512), blockwise=True), kernel="cpu_w8a8")
+    head = QuantizedLinear(quantize_int8(torch.randn(1000, 512), blockwise=True), kernel="cpu_w8a32")
+    model = torch.nn.ModuleDict({"kq": kq, "int8": int8, "head": head,
+                                 "embed": QuantizedEmbedding(head, torch.float32)})
+    x = torch.randn(3, 512)
+    before = {name: model[name](x) for name in ("kq", "int8", "head")}
+    shared = head.qweight
+    moved = pack_streamed_weights(model)
+    assert moved == sum(rows.numel() for _, rows in kq.kq.parts) + int8.qweight.numel()
+    assert head.qweight is shared and model["embed"].qweight is shared
+    for tensor in [rows for _, rows in kq.kq.parts] + [int8.qweight]:
+        start, end = _span(tensor)
+        assert _advised_bytes(start, end) == end - start
+    assert [kq.kq_part0.data_ptr(), kq.kq_part1.data_ptr()] == [rows.data_ptr() for _, rows in kq.kq.parts]
+    for name in ("kq", "int8", "head"):
+        assert torch.equal(model[name](x), before[name]), name

@@ -18,6 +18,7 @@ from tiers.engine.sequence import Sequence, TokenLogprob
 from tiers.models.checkpoint import Checkpoint
 from tiers.native import native_library
 from tiers.quantization.linear import native_quantized
+from tiers.quantization.placement import pack_streamed_weights
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class ModelRunner:
         self.model = checkpoint.load_model(device, dtype, config.quantization, config.quantization_group_size,
                                            config.quantize_lm_head, config.quantized_dense_min_rows,
                                            config.quantized_kernel)
+        if device.type == "cpu" and native_quantized(self.model):
+            pack_streamed_weights(self.model)
         if config.attention_backend is None and device.type == "cpu" and dtype == torch.float32 and \
                 native_quantized(self.model):
             native = native_library()

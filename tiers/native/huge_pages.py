@@ -12,6 +12,10 @@ anything touches them: the first write faults huge pages in where the kernel has
 "madvise"). The bytes past the last whole 2 MB page stay on 4 KB pages, so nothing is allocated beyond the buffer.
 Under 2 MB, on a system without THP or with THP "never", it is torch.empty. The buffer is unmapped when the last
 tensor viewing it is freed.
+
+That leaves a weight under 2 MB, and every weight's last partial page, on 4 KB pages. `SlabArena` packs many
+buffers into shared slabs of whole huge pages instead (a loaded model's streamed weights:
+tiers/quantization/placement.py, which has the figures).
 """
 from __future__ import annotations
 
@@ -65,3 +69,33 @@ def copy(source: torch.Tensor | np.ndarray) -> torch.Tensor:
     out.copy_(source)
     return out
 
+
+
+class SlabArena:
+    """Copies of tensors carved from shared slabs of whole huge pages (`empty` of a multiple of 2 MB), each copy
+    `align`-byte aligned and placed in the first slab with room, in the order asked; a tensor larger than a slab
+    gets a buffer of its own, rounded up to whole huge pages. A slab lives as long as a copy in it. Append-only:
+    for weights that stay until the model goes."""
+
+    def __init__(self, slab_bytes: int = 16 * HUGE_PAGE, align: int = 4096) -> None:
+        assert slab_bytes % HUGE_PAGE == 0 and align > 0 and HUGE_PAGE % align == 0
+        self.slab_bytes, self.align = slab_bytes, align
+        self.slabs: list[list] = []  # [flat uint8 slab, bytes used]
+
+    def copy(self, source: torch.Tensor) -> torch.Tensor:
+        """A contiguous copy of `source` (a CPU tensor) in the arena."""
+        nbytes = source.numel() * source.element_size()
+        out = self._place(nbytes)[:nbytes].view(source.dtype).view(source.shape)
+        out.copy_(source)
+        return out
+
+    def _place(self, nbytes: int) -> torch.Tensor:
+        if nbytes > self.slab_bytes:
+            return empty((-(-nbytes // HUGE_PAGE) * HUGE_PAGE,), torch.uint8)
+        for slab in self.slabs:
+            start = -(-slab[1] // self.align) * self.align
+            if start + nbytes <= self.slab_bytes:
+                slab[1] = start + nbytes
+                return slab[0][start:]
+        self.slabs.append([empty((self.slab_bytes,), torch.uint8), nbytes])
+        return self.slabs[-1][0]
