@@ -70,7 +70,6 @@ def copy(source: torch.Tensor | np.ndarray) -> torch.Tensor:
     return out
 
 
-
 class SlabArena:
     """Copies of tensors carved from shared slabs of whole huge pages (`empty` of a multiple of 2 MB), each copy
     `align`-byte aligned and placed in the first slab with room, in the order asked; a tensor larger than a slab

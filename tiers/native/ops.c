@@ -147,7 +147,7 @@ void aio_silu_mul(const float *gate_up, float *out, int64_t M, int64_t I, int nt
 
 /* The argmax of a row as torch.argmax (the first of equal maxima, a NaN counting as the largest) in 64 lanes, each
  * with its running maximum, the first index of it, and how many times it came (one running maximum is a chain of V
- * dependent steps: torch.argmax took 230 us over 151,936 logits, this 10). ids (or NULL): the token id of each
+ * dependent steps: torch.argmax took 230 us over 151,936 logits, this 17). ids (or NULL): the token id of each
  * column (a reduced draft head's kept rows), the answer then the least id of the equal maxima. *top: the maximum. */
 static int64_t row_argmax(const float *x, int64_t V, const int64_t *ids, float *top) {
     float part[MAX_LANES];

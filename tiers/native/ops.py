@@ -1,5 +1,5 @@
-"""Python entry points of ops.c (RMSNorm, SiLU-and-mul, paged attention, argmax and argmax with its probability) on float32
-CPU tensors. Callers check dtype and layout; these only pass pointers."""
+"""Python entry points of ops.c (RMSNorm, SiLU-and-mul, paged attention, argmax, argmax with its probability) on
+float32 CPU tensors. Callers check dtype and layout; these only pass pointers."""
 from __future__ import annotations
 
 import torch

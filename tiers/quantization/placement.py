@@ -5,10 +5,11 @@ allow. A weight in a buffer of its own (huge_pages.empty) keeps its last partial
 weight under 2 MB all of it: 36% of the 0.5B's layer bytes, 15% of the 1.5B's. Packed back to back, in model order,
 into slabs of whole huge pages (huge_pages.SlabArena), all of them are on huge pages but for the last slab's
 unused tail: the 1.5B's decoder stack ran 2.6% faster (8 paired rounds, 95% interval 0.1-5.1%; docs/benchmarks.md,
-issue 37's twenty-second pass), at the same resident memory. Packed: the weight buffers of every QuantizedLinear on a native CPU kernel that no other module shares
-(a tied INT8 head's rows, which the embedding reads too, stay where they are). It runs once, after loading and
-before anything records the buffers' addresses (the native decoder layer's structs); without transparent huge
-pages it does nothing.
+issue 37's twenty-second pass), at the same resident memory.
+
+Packed: the weight buffers of every QuantizedLinear on a native CPU kernel that no other module shares (a tied INT8
+head's rows, which the embedding reads too, stay where they are). It runs once, after loading and before anything
+records the buffers' addresses (the native decoder layer's structs); without transparent huge pages it does nothing.
 """
 from __future__ import annotations
 
