@@ -177,6 +177,20 @@ def test_paged_attention_matches_the_torch_backend():
     assert torch.equal(native_caches[0], caches[0]) and torch.equal(native_caches[1], caches[1])  # same KV stored
 
 
+def test_token_tables_name_each_tokens_sequence_and_visible_context():
+    """The C attention's per-token tables for a step mixing a decode, a verification of 3 rows and a prefill chunk
+    that continues a cached prefix: each token's sequence, and its 1-based position in that sequence's context."""
+    from tiers.attention.backend import BatchLayout
+    from tiers.attention.native_backend import token_tables
+
+    layout = BatchLayout([[0, 1], [2], [3, 4, 5]], seq_lens=[20, 9, 40], query_start_loc=[0, 1, 4, 10],
+                         slot_mapping=list(range(10)), block_size=16)
+    token_seq, visible = token_tables(layout)
+    assert token_seq.dtype == visible.dtype == torch.int64
+    assert token_seq.tolist() == [0, 1, 1, 1, 2, 2, 2, 2, 2, 2]
+    assert visible.tolist() == [20, 7, 8, 9, 35, 36, 37, 38, 39, 40]
+
+
 def test_paged_attention_gives_the_same_bits_however_its_heads_are_split():
     """A decode token's query heads are split between the threads when its KV heads alone are too few tasks (6
     query heads over 2 KV heads: parts of 3, 2 + 1 or 1 + 1 + 1 for 1, 2 or 4 threads): every head's arithmetic is
