@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 MAX_GROUPED_QUERY = 16  # chunks this short over a cached prefix (draft verifications) are attended in groups
@@ -25,10 +26,16 @@ class BatchLayout:
     def query_len(self, i: int) -> int:
         return self.query_start_loc[i + 1] - self.query_start_loc[i]
 
+    def block_table_array(self) -> np.ndarray:
+        """[num_seqs, max_blocks] int64, padded with block 0."""
+        tables = np.zeros((len(self.block_ids), max(len(ids) for ids in self.block_ids)), dtype=np.int64)
+        for row, ids in zip(tables, self.block_ids):
+            row[:len(ids)] = ids
+        return tables
+
     def block_tables(self) -> torch.Tensor:
         """[num_seqs, max_blocks] int32 on the host, padded with block 0."""
-        max_blocks = max(len(ids) for ids in self.block_ids)
-        return torch.tensor([ids + [0] * (max_blocks - len(ids)) for ids in self.block_ids], dtype=torch.int32)
+        return torch.from_numpy(self.block_table_array().astype(np.int32))
 
 
 @dataclass
@@ -71,11 +78,20 @@ class AttentionBackend(ABC):
 
     @staticmethod
     def common_fields(layout: BatchLayout, block_tables: torch.Tensor, device: torch.device) -> dict:
+        """Built through numpy: with torch's tensor constructors (their code cold after a decode step's weights
+        streamed through the caches) the native backend's metadata took ~255 us a forward in the 0.5B's CPU decode,
+        ~150-160 with numpy's."""
+        def on_device(t: torch.Tensor) -> torch.Tensor:
+            return t if t.device == device else t.to(device)
+
+        def host(values: list[int], dtype: type) -> torch.Tensor:
+            return on_device(torch.from_numpy(np.asarray(values, dtype=dtype)))
+
         return dict(
-            slot_mapping=torch.tensor(layout.slot_mapping, dtype=torch.int64, device=device),
-            block_tables=block_tables.to(device),
-            seq_lens=torch.tensor(layout.seq_lens, dtype=torch.int32, device=device),
-            query_start_loc=torch.tensor(layout.query_start_loc, dtype=torch.int32, device=device),
+            slot_mapping=host(layout.slot_mapping, np.int64),
+            block_tables=on_device(block_tables),
+            seq_lens=host(layout.seq_lens, np.int32),
+            query_start_loc=host(layout.query_start_loc, np.int32),
             max_query_len=max(layout.query_len(i) for i in range(len(layout.seq_lens))))
 
     @abstractmethod

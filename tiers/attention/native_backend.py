@@ -32,19 +32,14 @@ class NativeCPUAttentionBackend(TorchAttentionBackend):
                          dtype: torch.dtype) -> TorchAttentionMetadata:
         if dtype != torch.float32 or device.type != "cpu":
             return super().prepare_metadata(layout, kv_caches, device, dtype)
-        # built in numpy: the same tables from torch's constructors, repeat_interleave and indexing took ~400 us a
-        # forward in the 0.5B's decode (their code cold after the weights streamed through the caches), this ~165
-        tables = np.zeros((len(layout.block_ids), max(len(ids) for ids in layout.block_ids)), dtype=np.int64)
-        for row, ids in zip(tables, layout.block_ids):
-            row[:len(ids)] = ids
+        # the per-token tables in numpy (token_tables), the rest through the shared builders, which use it too:
+        # torch's constructors, repeat_interleave and indexing took ~400 us a forward in the 0.5B's decode (their
+        # code cold after the weights streamed through the caches), this ~150-160
+        tables = layout.block_table_array()
         token_seq, visible = token_tables(layout)
-        return NativeAttentionMetadata(
-            slot_mapping=torch.from_numpy(np.asarray(layout.slot_mapping, dtype=np.int64)),
-            block_tables=torch.from_numpy(tables.astype(np.int32)),
-            seq_lens=torch.from_numpy(np.asarray(layout.seq_lens, dtype=np.int32)),
-            query_start_loc=torch.from_numpy(np.asarray(layout.query_start_loc, dtype=np.int32)),
-            max_query_len=max(layout.query_len(i) for i in range(len(layout.seq_lens))), kv_caches=kv_caches,
-            backend=self, token_tables=(token_seq, visible, torch.from_numpy(tables)))
+        return NativeAttentionMetadata(**self.common_fields(layout, torch.from_numpy(tables.astype(np.int32)), device),
+                                       kv_caches=kv_caches, backend=self,
+                                       token_tables=(token_seq, visible, torch.from_numpy(tables)))
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor, meta: TorchAttentionMetadata, scale: float) -> torch.Tensor:
