@@ -35,10 +35,10 @@ class ModelRunner:
         self.model = checkpoint.load_model(device, dtype, config.quantization, config.quantization_group_size,
                                            config.quantize_lm_head, config.quantized_dense_min_rows,
                                            config.quantized_kernel)
-        if device.type == "cpu" and native_quantized(self.model):
+        native_cpu = device.type == "cpu" and native_quantized(self.model)
+        if native_cpu:
             pack_streamed_weights(self.model)
-        if config.attention_backend is None and device.type == "cpu" and dtype == torch.float32 and \
-                native_quantized(self.model):
+        if config.attention_backend is None and native_cpu and dtype == torch.float32:
             native = native_library()
             self.model.use_native_ops(native)
             self.attention_backend = NativeCPUAttentionBackend(native)
