@@ -550,6 +550,55 @@ def test_confidence_is_read_through_the_acceptance_measured_at_it():
     assert c.calibration.probability(0.03) == pytest.approx(0.9, abs=0.05)
 
 
+def test_a_new_request_gets_to_show_its_own_acceptance():
+    """Costs where speculation pays at alpha 0.9 and not at 0.5 (a target step 1.0 s + 0.1 s a token, a draft
+    forward 0.5 s). A first request accepts half its draft tokens and drags the engine-wide rate down; the next request, whose
+    draft guesses well, still speculates from its first step (it is not judged on the last request's rate) and
+    keeps speculating; one whose draft guesses badly is switched off after a few verifications of its own."""
+    def controller() -> SpecController:
+        c = SpecController(max_k=4, confidence_stop=False)
+        for tokens in (1, 2, 3, 4, 5, 8, 16):
+            c.observe_target(tokens, 1.0 + 0.1 * (tokens - 1))
+        c.observe_draft(1, 0.5)
+        bad = decoding_sequences(1, 0.5)[0]
+        bad.spec_acceptance = None
+        for _ in range(30):
+            c.record(bad, 2, 1)
+        assert c.global_alpha.alpha < 0.55
+        return c
+
+    def run(c: SpecController, accept: bool) -> list[int]:
+        seq = decoding_sequences(1, 0.0)[0]
+        seq.spec_acceptance = None
+        ks = []
+        for _ in range(12):
+            k = c.plan([seq], 1024, 0)
+            ks.append(k)
+            if k:
+                c.record(seq, k, k if accept else 0)
+        return ks
+
+    good = run(controller(), accept=True)
+    assert all(good), good
+    bad = run(controller(), accept=False)
+    assert bad[0] > 0 and not any(bad[4:]), bad
+
+
+def test_cost_estimates_shed_a_cold_first_forward():
+    """A bucket's first observations weigh alike (a cold 3 s forward among 1 s ones is gone in a few), and a
+    forward of fewer tokens is never estimated above a larger one's measurement."""
+    cost = CostModel()
+    cost.observe(1, 3.0)
+    for _ in range(4):
+        cost.observe(1, 1.0)
+    assert cost.estimate(1) == pytest.approx(1.4)
+    stale = CostModel()
+    stale.observe(1, 2.0)
+    stale.observe(2, 1.2)
+    stale.observe(4, 1.5)
+    assert stale.estimate(1) == pytest.approx(1.2) and stale.estimate(3) == pytest.approx(1.35)
+
+
 def test_adaptive_k_measures_every_step_size_once():
     """Costs are not smooth in the token count, so before trusting an estimate the controller tries each step
     size a k would give (k = 0 included)."""

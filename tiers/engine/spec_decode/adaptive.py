@@ -6,8 +6,11 @@ free off a memory-bound GPU (on a CPU, k + 1 tokens per sequence multiply the ta
 time is T_target(tokens in the step) + k * T_draft(decoding sequences), both learned online. The k in 0..K with
 the most emitted tokens per second wins, so speculation switches itself off when acceptance is low or the batch is
 large enough that verification stops paying, and comes back when that changes. Acceptance is tracked per request
-(decaying counts, started from the engine-wide rate); a request below MIN_ALPHA sits out and drifts back toward
-the engine-wide rate, so it is tried again later.
+in decaying counts. A new request starts from the engine-wide rate of recent verifications plus OPTIMISM
+pseudo-trials that were all accepted, which its own verifications soon outweigh: judged on the last request's
+rate alone, a new one would be denied the very verifications that measure its own (after a haiku the draft
+guessed badly, the next answer, code it guesses well, ran without speculation to its end). A request below
+MIN_ALPHA sits out and drifts back toward the engine-wide rate, so it is tried again later.
 
 Confidence stop (with a draft model): once k > 0 wins, a request may draft up to K tokens, and after each draft
 forward it drafts one more only while that pays. The draft's own probability of its token (its confidence; the
@@ -29,7 +32,9 @@ from math import prod
 from tiers.engine.sequence import Sequence
 
 DECAY = 0.9  # per verification, for the per-request acceptance counts
+GLOBAL_DECAY = 0.98  # per verification, for the engine-wide counts: the last few requests, not the last one
 PRIOR_WEIGHT = 2.0  # pseudo-trials of the engine-wide rate that start a request's estimate
+OPTIMISM = 2.0  # accepted pseudo-trials added to a new request's start (see the module docstring)
 MIN_ALPHA = 0.15
 EXPLORE_EVERY = 32  # steps: re-measure a step size (k = 0 included) the cost model has not seen lately
 STALE_AFTER = 4 * EXPLORE_EVERY  # steps after which a measurement counts as old, doubled (up to MAX_STALE_AFTER)
@@ -46,6 +51,7 @@ PROBE_BUDGET = 0.1  # a probe of k > 0 waits while the draft's catch-up would co
 class AcceptanceEstimate:
     accepted: float
     trials: float
+    decay: float = DECAY
 
     @property
     def alpha(self) -> float:
@@ -54,8 +60,8 @@ class AcceptanceEstimate:
     def update(self, num_draft: int, num_accepted: int) -> None:
         """A verification of num_draft tokens accepted num_accepted: that many successes, and one failure unless
         all were accepted (the trials stop at the first rejection)."""
-        self.accepted = DECAY * self.accepted + num_accepted
-        self.trials = DECAY * self.trials + num_accepted + (num_accepted < num_draft)
+        self.accepted = self.decay * self.accepted + num_accepted
+        self.trials = self.decay * self.trials + num_accepted + (num_accepted < num_draft)
 
     def relax(self, alpha: float, rate: float = 0.05) -> None:
         """Drift toward `alpha` while the request is not speculating."""
@@ -91,21 +97,24 @@ class ConfidenceCalibration:
 
 class CostModel:
     """Seconds of a forward pass as a function of its token count: decaying means per power-of-two bucket of the
-    count, interpolated linearly between buckets."""
+    count, interpolated linearly between buckets. A bucket's first 1 / (1 - decay) observations weigh alike, so
+    a cold first forward does not linger in a bucket that is seldom re-measured (k = 0's while speculation runs);
+    and a forward is never estimated to cost more than a larger one measured."""
 
     def __init__(self, decay: float = 0.8) -> None:
         self.decay = decay
-        self.buckets: dict[int, list[float]] = {}  # bucket -> [mean tokens, mean seconds, step last seen]
+        self.buckets: dict[int, list[float]] = {}  # bucket -> [mean tokens, mean seconds, step last seen, count]
 
     def observe(self, num_tokens: int, seconds: float, step: int = 0) -> None:
         b = num_tokens.bit_length()
         entry = self.buckets.get(b)
         if entry is None:
-            self.buckets[b] = [float(num_tokens), seconds, step]
+            self.buckets[b] = [float(num_tokens), seconds, step, 1]
             return
-        d = self.decay
-        entry[0] = d * entry[0] + (1 - d) * num_tokens
-        entry[1] = d * entry[1] + (1 - d) * seconds
+        entry[3] += 1
+        w = max(1 - self.decay, 1 / entry[3])
+        entry[0] += w * (num_tokens - entry[0])
+        entry[1] += w * (seconds - entry[1])
         entry[2] = step
 
     def has_bucket(self, num_tokens: int) -> bool:
@@ -118,7 +127,9 @@ class CostModel:
     def estimate(self, num_tokens: int) -> float | None:
         if not self.buckets:
             return None
-        points = sorted((n, t) for n, t, _ in self.buckets.values())
+        points = sorted((n, t) for n, t, _, _ in self.buckets.values())
+        for i in range(len(points) - 2, -1, -1):
+            points[i] = (points[i][0], min(points[i][1], points[i + 1][1]))
         lower = [p for p in points if p[0] <= num_tokens]
         upper = [p for p in points if p[0] > num_tokens]
         if lower and upper:
@@ -141,7 +152,7 @@ class SpecController:
         self.stopping = False  # this step's drafts stop on confidence (not a probe)
         self.target_cost = CostModel()
         self.draft_cost = CostModel()
-        self.global_alpha = AcceptanceEstimate(prior_alpha * 8, 8.0)
+        self.global_alpha = AcceptanceEstimate(prior_alpha * 8, 8.0, GLOBAL_DECAY)
         self.calibration = ConfidenceCalibration()
         self.num_steps = 0
         self.last_k = max_k
@@ -151,7 +162,7 @@ class SpecController:
     def acceptance(self, seq: Sequence) -> AcceptanceEstimate:
         if seq.spec_acceptance is None:
             alpha = self.global_alpha.alpha
-            seq.spec_acceptance = AcceptanceEstimate(alpha * PRIOR_WEIGHT, PRIOR_WEIGHT)
+            seq.spec_acceptance = AcceptanceEstimate(alpha * PRIOR_WEIGHT + OPTIMISM, PRIOR_WEIGHT + OPTIMISM)
         return seq.spec_acceptance
 
     def record(self, seq: Sequence, num_draft: int, num_accepted: int, confidences: list[float] | None = None
