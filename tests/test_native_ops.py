@@ -362,6 +362,43 @@ def test_the_decoder_stack_in_one_call_equals_the_layers_one_by_one(llama_path, 
     assert engine_greedy(engine, prompts) == stacked
 
 
+def test_a_position_past_the_rotary_table_fails_its_request_clearly(llama_path):
+    """The one-call stack looks the rotary rows up itself: a position past the table is refused, not read."""
+    from tiers.engine.errors import RequestFailedError
+
+    engine = Engine.from_pretrained(llama_path, quantization="int4", quantization_group_size=32, max_model_len=128)
+    rotary = engine.runner.model.rotary
+    rotary.cos, rotary.signed_sin = rotary.cos[:4].clone(), rotary.signed_sin[:4].clone()
+    with pytest.raises(RequestFailedError, match="rotary table"):
+        engine_greedy(engine, [[1, 2, 3, 4, 5, 6]])
+
+
+def test_the_stack_keeps_each_kv_cache_lists_addresses_until_its_cache_is_gone():
+    """The layers' cache addresses are built once per KV cache list (a drafting model steps with two), rebuilt for
+    a new list, and forgotten when the cache is freed (a draft's cache must not live on in the model it borrows)."""
+    import gc
+
+    from tiers.native.layer import NativeStack
+
+    stack = NativeStack([])
+    stack.layers = [None, None]  # two layers' worth of caches; no layer struct is read here
+
+    def caches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        k, v = torch.zeros(2, 8), torch.zeros(2, 8)
+        return [(k[0], v[0]), (k[1], v[1])]
+
+    a, b = caches(), caches()
+    ka, va = stack._kv_pointers(a)
+    assert list(ka) == [t.data_ptr() for t, _ in a] and list(va) == [t.data_ptr() for _, t in a]
+    kb, _ = stack._kv_pointers(b)
+    assert list(kb) == [t.data_ptr() for t, _ in b]
+    assert stack._kv_pointers(a)[0] is ka  # not rebuilt
+    assert len(stack._kv_arrays) == 2
+    del a, ka, va
+    gc.collect()
+    assert len(stack._kv_arrays) == 1
+
+
 @pytest.mark.parametrize("weights", ["int4", "gguf blocks"])
 def test_a_qkv_bias_and_gguf_blocks_take_the_one_call_layer(checkpoint_dir, tmp_path, weights):
     """Qwen2's q/k/v bias is added inside the one-call layer, and GGUF K-quant / Q5_0 / Q8_0 projections (cpu_kq,

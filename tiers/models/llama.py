@@ -199,26 +199,30 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         assert self.rotary is not None, "build_rotary() was not called"
         x = self.embed_tokens(input_ids)
-        rope = self.rotary.cos_sin(positions, x.dtype)
         if use_triton_ops(x):
+            rope = self.rotary.cos_sin(positions, x.dtype)
             residual = None
             for layer in self.layers:
                 x, residual = layer.forward_fused(x, residual, rope, meta)
             return self.norm(x) if residual is None else self.norm.add_forward(x, residual)[0]
-        if self._stack_runs(x, rope, meta):
-            x = self.native_stack.forward(self.native, x, rope, meta.kv_caches, meta.slot_mapping, meta.token_tables)
-        else:
-            for layer in self.layers:
-                x = layer(x, rope, meta)
+        if self._stack_runs(x, positions, meta):
+            return self.native_stack.forward(self.native, x, (self.rotary.cos, self.rotary.signed_sin), positions,
+                                             meta.kv_caches, meta.slot_mapping, meta.token_tables,
+                                             (self.norm.weight, self.norm.eps))
+        rope = self.rotary.cos_sin(positions, x.dtype)
+        for layer in self.layers:
+            x = layer(x, rope, meta)
         return self.norm(x)
 
-    def _stack_runs(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata) -> bool:
-        """Whether this step's layers run as one native call: each layer would take its own one-call path."""
+    def _stack_runs(self, x: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> bool:
+        """Whether this step's layers and final norm run as one native call: each layer would take its own one-call
+        path, and the norm its native op."""
         stack = self.native_stack
         return (stack is not None and getattr(meta, "token_tables", None) is not None
-                and _native_rows(self.native, x) and x.is_contiguous() and rope[0].dtype == torch.float32
-                and all(layer.native_layer is native for layer, native in zip(self.layers, stack.layers))
-                and stack.runs(x.shape[0]))
+                and _native_rows(self.native, x) and x.is_contiguous() and stack.runs(x.shape[0])
+                and positions.dtype == torch.int64 and positions.is_contiguous()
+                and self.rotary.cos.dtype == torch.float32 and self.norm.weight.dtype == torch.float32
+                and all(layer.native_layer is native for layer, native in zip(self.layers, stack.layers)))
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()

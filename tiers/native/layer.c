@@ -6,6 +6,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 int aio_gemm_w4(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w, int64_t N, float *out,
                 int64_t ldo, int nthreads);
@@ -122,22 +123,39 @@ int aio_llama_layer(const aio_layer *L, float *x, int64_t T, const float *cos, c
     return rc;
 }
 
-/* layers[0 .. n-1] of one step in turn, layer l with its KV caches k_caches[l], v_caches[l]: a model's decoder
- * stack in one call, on one allocation of working rows (a verification's rows of the widest layer pass glibc's
- * mmap threshold: allocated per layer, each layer paid the map and its page faults). Returns 0 or the first
- * failing layer's code. */
-int aio_llama_layers(const aio_layer *const *layers, int n, float *x, int64_t T, const float *cos,
-                     const float *signed_sin, float *const *k_caches, float *const *v_caches, int block_size,
-                     const int64_t *slot_mapping, const int64_t *token_seq, const int64_t *visible,
-                     const int64_t *block_tables, int64_t max_blocks, int nthreads) {
+/* cos / signed sin rows [T, D] of the tokens' positions, from tables [rows, D]; -3 for a position outside them */
+static int rope_rows(const float *cos_table, const float *sin_table, int64_t rows, const int64_t *positions, int64_t T,
+                     int64_t D, float *cos, float *signed_sin) {
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t p = positions[t];
+        if (p < 0 || p >= rows) return -3;
+        memcpy(cos + t * D, cos_table + p * D, sizeof(float) * D);
+        memcpy(signed_sin + t * D, sin_table + p * D, sizeof(float) * D);
+    }
+    return 0;
+}
+
+/* A model's decoder stack in one call: the rotary rows of the tokens' positions (cos_table / sin_table [rows,
+ * head_dim]); layers[0 .. n-1] in turn, layer l with its KV caches k_caches[l], v_caches[l], all on one allocation
+ * of working rows (a verification's rows of the widest layer pass glibc's mmap threshold: allocated per layer, each
+ * layer paid the map and its page faults); then, with final_norm, out = rmsnorm(x). Returns 0, -3 for a position
+ * outside the tables, or the first failing layer's code. */
+int aio_llama_layers(const aio_layer *const *layers, int n, float *x, int64_t T, const float *cos_table,
+                     const float *sin_table, int64_t table_rows, const int64_t *positions, float *const *k_caches,
+                     float *const *v_caches, int block_size, const int64_t *slot_mapping, const int64_t *token_seq,
+                     const int64_t *visible, const int64_t *block_tables, int64_t max_blocks, const float *final_norm,
+                     float final_eps, float *out, int nthreads) {
+    const int64_t D = layers[0]->head_dim, hid = layers[0]->hidden;
     int64_t floats = 0;
     for (int l = 0; l < n; l++) floats = scratch_floats(layers[l], T) > floats ? scratch_floats(layers[l], T) : floats;
-    float *scratch = (float *)malloc(sizeof(float) * floats);
+    float *scratch = (float *)malloc(sizeof(float) * (floats + 2 * T * D));
     if (!scratch) return -1;
-    int rc = 0;
+    float *cos = scratch + floats, *signed_sin = cos + T * D;
+    int rc = rope_rows(cos_table, sin_table, table_rows, positions, T, D, cos, signed_sin);
     for (int l = 0; l < n && !rc; l++)
         rc = layer_step(layers[l], x, T, cos, signed_sin, k_caches[l], v_caches[l], block_size, slot_mapping,
                         token_seq, visible, block_tables, max_blocks, nthreads, scratch);
+    if (!rc && final_norm) aio_rmsnorm(x, hid, final_norm, out, T, hid, final_eps, nthreads);
     free(scratch);
     return rc;
 }

@@ -3,6 +3,7 @@ C struct, then one call per layer and step instead of a dozen Python-level ops."
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import torch
 
@@ -82,33 +83,59 @@ class NativeLayer:
 
 
 class NativeStack:
-    """A model's decoder layers, every one a NativeLayer, as one native call per step (aio_llama_layers): the
-    Python-level call, checks and argument conversion of each layer paid once per step."""
+    """A model's decoder layers, every one a NativeLayer, as one native call per step (aio_llama_layers): the rotary
+    rows of the step's positions, every layer and the final norm, with the Python-level call, checks and argument
+    conversion paid once per step."""
 
     def __init__(self, layers: list[NativeLayer]) -> None:
         self.layers = layers
         self.structs = (ctypes.c_void_p * len(layers))(*(ctypes.addressof(layer.struct) for layer in layers))
+        limits = [p.dense_min_rows for layer in layers for p in layer.projections if p.dense_min_rows is not None]
+        self.max_rows = min(limits) - 1 if limits else None  # more rows: a projection takes its dense path
+        # id of the first layer's K cache view -> (id of its list, K and V cache addresses), forgotten with that
+        # view: a KV cache dropped while the model lives on (a draft's, whose model is another engine's) is freed
+        self._kv_arrays: dict[int, tuple[int, ctypes.Array, ctypes.Array]] = {}
 
     def runs(self, rows: int) -> bool:
-        return all(layer.runs(rows) for layer in self.layers)
+        return self.max_rows is None or rows <= self.max_rows
 
-    def forward(self, native: NativeLibrary, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                kv_caches: list[tuple[torch.Tensor, torch.Tensor]], slot_mapping: torch.Tensor,
-                tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """As NativeLayer.forward for every layer in turn; kv_caches: layer i's (k, v) caches at index i."""
+    def forward(self, native: NativeLibrary, x: torch.Tensor, rope_tables: tuple[torch.Tensor, torch.Tensor],
+                positions: torch.Tensor, kv_caches: list[tuple[torch.Tensor, torch.Tensor]], slot_mapping: torch.Tensor,
+                tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor], norm: tuple[torch.Tensor, float]
+                ) -> torch.Tensor:
+        """x float32 [T, hidden] contiguous (the embeddings: updated in place); rope_tables: (cos, signed sin)
+        float32 [positions, head_dim] contiguous, looked up at `positions` (int64 [T]); kv_caches: layer i's (k,
+        v) caches at index i; norm: the final norm's float32 weight and eps. Returns norm(the last layer's x)."""
         token_seq, visible, block_tables = tables
-        n = len(self.layers)
-        k_caches = (ctypes.c_void_p * n)(*(kv[0].data_ptr() for kv in kv_caches[:n]))
-        v_caches = (ctypes.c_void_p * n)(*(kv[1].data_ptr() for kv in kv_caches[:n]))
+        k_caches, v_caches = self._kv_pointers(kv_caches)
+        out = torch.empty_like(x)
+        cos, sin = rope_tables
         status = native.lib.aio_llama_layers(
-            self.structs, n, x.data_ptr(), x.shape[0], rope[0].data_ptr(), rope[1].data_ptr(), k_caches, v_caches,
-            kv_caches[0][0].shape[1], slot_mapping.data_ptr(), token_seq.data_ptr(), visible.data_ptr(),
-            block_tables.data_ptr(), block_tables.shape[1], torch.get_num_threads())
+            self.structs, len(self.layers), x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(), cos.shape[0],
+            positions.data_ptr(), k_caches, v_caches, kv_caches[0][0].shape[1], slot_mapping.data_ptr(),
+            token_seq.data_ptr(), visible.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
+            norm[0].data_ptr(), norm[1], out.data_ptr(), torch.get_num_threads())
         _check(status)
-        return x
+        return out
+
+    def _kv_pointers(self, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[ctypes.Array, ctypes.Array]:
+        """The layers' K and V cache addresses as C arrays, built once per cache list (a KV cache's list of layer
+        views never changes; a model drafting for another engine's target steps with two lists)."""
+        first = kv_caches[0][0]
+        entry = self._kv_arrays.get(id(first))
+        if entry is None or entry[0] != id(kv_caches):
+            n = len(self.layers)
+            if entry is None:
+                weakref.finalize(first, self._kv_arrays.pop, id(first), None)
+            entry = (id(kv_caches), (ctypes.c_void_p * n)(*(kv[0].data_ptr() for kv in kv_caches[:n])),
+                     (ctypes.c_void_p * n)(*(kv[1].data_ptr() for kv in kv_caches[:n])))
+            self._kv_arrays[id(first)] = entry
+        return entry[1], entry[2]
 
 
 def _check(status: int) -> None:
+    if status == -3:
+        raise NativeKernelError("a token's position lies past the rotary table")
     if status:
         raise NativeKernelError("out of memory in the native decoder layer" if status == -1 else
                                 "a projection's kernel does not take its weight's block type or shape")

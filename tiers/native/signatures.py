@@ -27,7 +27,8 @@ def declare_ops(lib: ctypes.CDLL) -> None:
     lib.aio_rotary.restype = None
     lib.aio_llama_layer.argtypes = [PTR, PTR, I64, PTR, PTR, PTR, PTR, INT, PTR, PTR, PTR, PTR, I64, INT]
     lib.aio_llama_layer.restype = INT
-    lib.aio_llama_layers.argtypes = [PTR, INT, PTR, I64, PTR, PTR, PTR, PTR, INT, PTR, PTR, PTR, PTR, I64, INT]
+    lib.aio_llama_layers.argtypes = [PTR, INT, PTR, I64, PTR, PTR, I64, PTR, PTR, PTR, INT, PTR, PTR, PTR, PTR, I64, PTR,
+                                     FLOAT, PTR, INT]
     lib.aio_llama_layers.restype = INT
     lib.aio_kq_row_bytes.argtypes = [INT, I64]
     lib.aio_kq_row_bytes.restype = I64
