@@ -9,7 +9,7 @@ from tiers.attention.backend import AttentionBackend
 from tiers.attention.native_backend import NativeCPUAttentionBackend
 from tiers.engine.config import EngineConfig
 from tiers.engine.cuda_graphs import CUDAGraphRunner, default_graph_sizes
-from tiers.engine.input_batch import ForwardChunk, model_input, plan_batch
+from tiers.engine.input_batch import ForwardChunk, model_input, plan_batch, select_rows
 from tiers.engine.kv_cache import KVCache, kv_bytes_per_block, num_kv_blocks
 from tiers.engine.rejection_sampler import rejection_sample
 from tiers.engine.sampler import SamplerOutput, sample, token_logprobs
@@ -95,8 +95,10 @@ class ModelRunner:
             k = scheduled[order[j]].num_spec_tokens
             spec_starts.append(len(rows) - len(plain))
             rows.extend(range(plan.last_rows[j] - k, plan.last_rows[j] + 1))
-        row_index = torch.tensor(rows, device=self.device)
-        logits = step_logits[row_index] if hidden is None else self.model.compute_logits(hidden[row_index])
+        if hidden is None:  # a copy: the graph's output buffer is overwritten by its next replay
+            logits = step_logits[torch.tensor(rows, device=self.device)]
+        else:
+            logits = self.model.compute_logits(select_rows(hidden, rows))
         results: dict[int, SamplerOutput] = {}
         if plain:
             tokens, logprobs = sample(logits[:len(plain)], [chunks[order[j]].seq for j in plain])

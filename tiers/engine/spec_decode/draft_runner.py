@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import torch
 
-from tiers.engine.input_batch import ForwardChunk, prepare_inputs
+from tiers.engine.input_batch import ForwardChunk, prepare_inputs, select_rows
 from tiers.engine.kv_cache import KVCache
 from tiers.engine.model_runner import ModelRunner
 from tiers.engine.sequence import Sequence
@@ -56,7 +56,7 @@ class DraftRunner:
         rows = [0] * len(chunks)
         for j, i in enumerate(inputs.order):
             rows[i] = inputs.last_rows[j]
-        last = hidden[torch.tensor(rows, device=self.device)]
+        last = select_rows(hidden, rows)
         if self.head is not None:
             return self.head.kept_logits(last)
         return DraftLogits(self.model.compute_logits(last), None, self.model_config.vocab_size)
