@@ -584,6 +584,45 @@ def test_a_new_request_gets_to_show_its_own_acceptance():
     assert bad[0] > 0 and not any(bad[4:]), bad
 
 
+def test_a_request_switched_off_is_judged_afresh_at_doubling_intervals():
+    """Costs where speculation pays at alpha 0.9 and not at 0.5. A request whose draft stops guessing well is
+    switched off; when its draft would guess well again (prose, then code), it speculates again within RETRY_AFTER
+    steps. One whose draft never guesses well pays a few verifications at ever longer intervals: over 2,000 steps
+    it starts afresh a few times (with the cost model's own probes), speculating in under 2% of its steps."""
+    from tiers.engine.spec_decode.adaptive import RETRY_AFTER
+
+    def controller() -> SpecController:
+        c = SpecController(max_k=4, confidence_stop=False)
+        for tokens in (1, 2, 3, 4, 5, 8, 16):
+            c.observe_target(tokens, 1.0 + 0.1 * (tokens - 1))
+        c.observe_draft(1, 0.5)
+        return c
+
+    def run(c: SpecController, accepts: callable, steps: int) -> list[int]:
+        seq = decoding_sequences(1, 0.0)[0]
+        seq.params = SamplingParams(max_tokens=10 ** 6, temperature=0.0)
+        seq.spec_acceptance = None
+        ks = []
+        for step in range(steps):
+            k = c.plan([seq], 10 ** 6, 0)
+            ks.append(k)
+            if k:
+                c.record(seq, k, k if accepts(step) else 0)
+        return ks
+
+    turns = run(controller(), lambda step: step < 10 or step >= 40, 160)
+    off = turns.index(0)
+    assert off <= 20 and sum(k > 0 for k in turns[off:40]) <= 3, turns  # off while its draft guesses badly
+    back = next(i for i in range(40, 160) if all(turns[i:i + 10]))
+    # on again soon after it guesses well, but for the cost model's probes of k = 0
+    assert back < 40 + 4 * RETRY_AFTER and turns[back:].count(0) <= 2, turns
+
+    bad = run(controller(), lambda step: False, 2000)
+    starts = [i for i in range(1, 2000) if bad[i] and not bad[i - 1]]
+    assert 3 <= len(starts) <= 2000 // RETRY_AFTER // 4, starts  # a constant interval would make ~110
+    assert sum(k > 0 for k in bad) < 0.02 * 2000
+
+
 def test_cost_estimates_shed_a_cold_first_forward():
     """A bucket's first observations weigh alike (a cold 3 s forward among 1 s ones is gone in a few), and a
     forward of fewer tokens is never estimated above a larger one's measurement."""

@@ -10,7 +10,10 @@ in decaying counts. A new request starts from the engine-wide rate of recent ver
 pseudo-trials that were all accepted, which its own verifications soon outweigh: judged on the last request's
 rate alone, a new one would be denied the very verifications that measure its own (after a haiku the draft
 guessed badly, the next answer, code it guesses well, ran without speculation to its end). A request below
-MIN_ALPHA sits out and drifts back toward the engine-wide rate, so it is tried again later.
+MIN_ALPHA sits out and drifts back toward the engine-wide rate, so it is tried again later. A request that decoded
+RETRY_AFTER steps in a row without draft tokens is judged afresh, as a new one, and waits twice as long before its
+next fresh start: an answer whose prose the draft guessed badly gets speculation back for the code that follows,
+and one that stays bad pays a few verifications at ever longer intervals.
 
 Confidence stop (with a draft model): once k > 0 wins, a request may draft up to K tokens, and after each draft
 forward it drafts one more only while that pays. The draft's own probability of its token (its confidence; the
@@ -35,6 +38,7 @@ DECAY = 0.9  # per verification, for the per-request acceptance counts
 GLOBAL_DECAY = 0.98  # per verification, for the engine-wide counts: the last few requests, not the last one
 PRIOR_WEIGHT = 2.0  # pseudo-trials of the engine-wide rate that start a request's estimate
 OPTIMISM = 2.0  # accepted pseudo-trials added to a new request's start (see the module docstring)
+RETRY_AFTER = 16  # steps without draft tokens after which a request is judged afresh (doubled at each fresh start)
 MIN_ALPHA = 0.15
 EXPLORE_EVERY = 32  # steps: re-measure a step size (k = 0 included) the cost model has not seen lately
 STALE_AFTER = 4 * EXPLORE_EVERY  # steps after which a measurement counts as old, doubled (up to MAX_STALE_AFTER)
@@ -52,6 +56,8 @@ class AcceptanceEstimate:
     accepted: float
     trials: float
     decay: float = DECAY
+    idle_steps: int = 0  # decoding steps in a row without draft tokens
+    retry_after: int = RETRY_AFTER  # idle steps before a fresh start
 
     @property
     def alpha(self) -> float:
@@ -161,9 +167,24 @@ class SpecController:
 
     def acceptance(self, seq: Sequence) -> AcceptanceEstimate:
         if seq.spec_acceptance is None:
-            alpha = self.global_alpha.alpha
-            seq.spec_acceptance = AcceptanceEstimate(alpha * PRIOR_WEIGHT + OPTIMISM, PRIOR_WEIGHT + OPTIMISM)
+            seq.spec_acceptance = self._fresh_estimate()
         return seq.spec_acceptance
+
+    def _fresh_estimate(self, retry_after: int = RETRY_AFTER) -> AcceptanceEstimate:
+        """A new request's estimate: the engine-wide rate plus OPTIMISM accepted pseudo-trials."""
+        alpha = self.global_alpha.alpha
+        return AcceptanceEstimate(alpha * PRIOR_WEIGHT + OPTIMISM, PRIOR_WEIGHT + OPTIMISM, retry_after=retry_after)
+
+    def _count_idle(self, seq: Sequence) -> None:
+        """After a step's plan: a request without draft tokens RETRY_AFTER steps in a row (doubled at each fresh
+        start) starts afresh (see the module docstring)."""
+        est = self.acceptance(seq)
+        if seq.num_lookahead_tokens:
+            est.idle_steps = 0
+            return
+        est.idle_steps += 1
+        if est.idle_steps >= est.retry_after:
+            seq.spec_acceptance = self._fresh_estimate(2 * est.retry_after)
 
     def record(self, seq: Sequence, num_draft: int, num_accepted: int, confidences: list[float] | None = None
                ) -> None:
@@ -201,6 +222,8 @@ class SpecController:
             k, self.stopping = self.max_k, True
         for seq, room, _ in decoding:
             seq.num_lookahead_tokens = min(k, room)
+            if self.adaptive:
+                self._count_idle(seq)
         return k
 
     def keep_drafting(self, drafts: list[tuple[Sequence, list[float]]], step_tokens: int) -> list[bool]:
