@@ -1533,6 +1533,70 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
     for (int r = 0; r < R; r++) folded[r][t] = kracc_fold(acc[r]);
 }
 
+#if defined(KQ_VNNI)
+/* Activation rows for which two weight rows go at once (kr_rows2). At 3 and 4 rows a Q4_K_R call ran 6-10% faster
+ * from memory (the 1.5B's qkv, o, gate_up and down shapes, 2 threads, an Intel Xeon, docs/benchmarks.md); at 2 rows
+ * 4% slower, at 5 the same: there the accumulators of two rows no longer fit the 32 registers. */
+#define KR2_MIN 3
+#define KR2_MAX 4
+/* Q4_K_R pairs of groups 0 .. g1 - 1 of weight rows `rowa` and `rowb` into acca / accb for R activation rows: each
+ * activation vector is loaded once for both rows, and their sums are independent chains. Per output the same
+ * operations in the same order as kr_range's: the same bits. */
+static inline __attribute__((always_inline)) void kr_range2(const actk_t *a, int64_t m0, const int R, int64_t K,
+        const uint8_t *rowa, const uint8_t *rowb, int64_t g1, kracc *acca, kracc *accb) {
+    const int64_t gb = group_bytes(T_Q4_K_R);
+    const __m512i nibbles = _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8((char)0xF0), 1);
+    for (int64_t gi = 0; gi + 1 < g1; gi += 2) {
+        const uint8_t *pa = rowa + gi * gb, *pb = rowb + gi * gb;
+        group_prefetch(pa, 2 * (int)gb);
+        group_prefetch(pb, 2 * (int)gb);
+        __m512 scda, mnega, scdb, mnegb;
+        kr512_pair_scales(pa, &scda, &mnega);
+        kr512_pair_scales(pb, &scdb, &mnegb);
+        __m512i isa[KR2_MAX], isb[KR2_MAX];
+        for (int r = 0; r < R; r++) isa[r] = isb[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) {
+            const __m512i ca = _mm512_and_si512(
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pa + 32 + 32 * u))), nibbles);
+            const __m512i cb = _mm512_and_si512(
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pb + 32 + 32 * u))), nibbles);
+            for (int r = 0; r < R; r++) {
+                const __m512i av = _mm512_load_si512((const void *)(a->qp + (m0 + r) * K + gi * QK_K + 64 * u));
+                isa[r] = _mm512_dpbusd_epi32(isa[r], ca, av);
+                isb[r] = _mm512_dpbusd_epi32(isb[r], cb, av);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const int64_t s = (m0 + r) * (K / 512 * 32) + gi * 16;
+            const __m512 pd = _mm512_load_ps(a->pd + s), ds = _mm512_load_ps(a->pd + s + 16);
+            acca[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isa[r]), pd), scda, acca[r]);
+            acca[r] = _mm512_fmadd_ps(mnega, ds, acca[r]);
+            accb[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), pd), scdb, accb[r]);
+            accb[r] = _mm512_fmadd_ps(mnegb, ds, accb[r]);
+        }
+    }
+}
+
+/* kr_rows for weight rows n and n + 1 of a Q4_K_R, R <= KR2_MAX: their pairs together, a row's odd last group alone */
+static inline __attribute__((always_inline)) void kr_rows2(const actk_t *a, int64_t m0, const int R, int64_t K,
+        const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
+    const int64_t rb = row_bytes(T_Q4_K_R, K), ng = K / QK_K, pairs_end = ng & ~(int64_t)1;
+    const uint8_t *rowa = w + n * rb, *rowb = rowa + rb;
+    kracc acca[KR2_MAX], accb[KR2_MAX];
+    for (int r = 0; r < R; r++) acca[r] = accb[r] = kracc_zero();
+    kr_range2(a, m0, R, K, rowa, rowb, pairs_end, acca, accb);
+    if (pairs_end < ng) {
+        kr_range(T_Q4_K_R, a, m0, R, K, rowa, pairs_end, ng, 1, acca);
+        kr_range(T_Q4_K_R, a, m0, R, K, rowb, pairs_end, ng, 1, accb);
+    }
+    for (int r = 0; r < R; r++) {
+        folded[r][t] = kracc_fold(acca[r]);
+        folded[r][t + 1] = kracc_fold(accb[r]);
+    }
+}
+#endif
+
 /* Weight rows n0 .. n0 + NT - 1 for R activation rows, K in blocks of KR_BLOCK groups: each block's activations are
  * read for all NT rows while they are in L1 (5 rows of the 1.5B's down projection, 8,960 wide, are 50-56 KB of
  * activations: read from L2 for every weight row, they made 5 rows cost 1.7x one). The same operations in the same
@@ -1762,7 +1826,12 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
 #if defined(KQ_SIMD)
     if (TYPE >= T_REPACKED) {
         __m256 folded[KR_ROWS][KQ_CHUNK];
-        for (int64_t t = 0; t < NT; t++) kr_rows(TYPE, a, m0, R, K, w, n0 + t, folded, t);
+        int64_t t = 0;
+#if defined(KQ_VNNI)
+        if (TYPE == T_Q4_K_R && R >= KR2_MIN && R <= KR2_MAX)
+            for (; t + 1 < NT; t += 2) kr_rows2(a, m0, R < KR2_MAX ? R : KR2_MAX, K, w, n0 + t, folded, t);
+#endif
+        for (; t < NT; t++) kr_rows(TYPE, a, m0, R, K, w, n0 + t, folded, t);
         folded_store(R, NT, folded, out + m0 * ldo + n0, ldo);
         return;
     }
