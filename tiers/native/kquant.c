@@ -1155,13 +1155,15 @@ static inline __attribute__((always_inline)) void kr_range(const int TYPE, const
         const __m512i nibbles = _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8((char)0xF0), 1);
         for (; gi + 1 < g1; gi += 2) {
             const uint8_t *pg = row + gi * gb;
-            if (PF) group_prefetch(pg, 2 * (int)gb);
             __m512 scd, mneg;
             kr512_pair_scales(pg, &scd, &mneg);
             __m512i isum[KR_ROWS];
             for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int u = 0; u < 8; u++) {
+                /* one row: the pair's lines at once; more rows: a group's at a time, half a pair apart (KR_PACED) */
+                if (PF && u == 0) group_prefetch(pg, (R == 1 ? 2 : 1) * (int)gb);
+                if (PF && R > 1 && u == 4) group_prefetch(pg + gb, (int)gb);
                 const __m512i codes = _mm512_and_si512(
                     _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pg + 32 + 32 * u))), nibbles);
                 for (int r = 0; r < R; r++) {
@@ -1534,10 +1536,16 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
 }
 
 #if defined(KQ_VNNI)
-/* Activation rows for which two weight rows go at once (kr_rows2). At 3 and 4 rows a Q4_K_R call ran 6-10% faster
- * from memory (the 1.5B's qkv, o, gate_up and down shapes, 2 threads, an Intel Xeon, docs/benchmarks.md); at 2 rows
- * 4% slower, at 5 the same: there the accumulators of two rows no longer fit the 32 registers. */
-#define KR2_MIN 3
+/* Activation rows for which two weight rows go at once (kr_rows2). The 1.5B's four projections back to back, 2
+ * threads, from memory, an Intel Xeon (docs/benchmarks.md): 2 / 3 / 4 rows 3 / 9 / 10% faster. From 5 rows the
+ * accumulators of two rows no longer fit the 32 registers (with them in memory: no faster); a row stays alone.
+ *
+ * KR_PACED: a Q4_K_R tile of several rows asks for its next lines a group (or a row's pair) at a time, half a pair
+ * of steps apart, not all at the pair's start: a burst of 12-24 prefetches stalled the loop behind them. Two rows
+ * at once gained 5-8% at 3 and 4 rows by pacing alone (at 1 row they read 14-16% slower than one at a time with
+ * bursts, 5-10% with pacing); one row at a time with pacing: 4-5% faster at 5 rows, 6% slower at 1 (so 1 row
+ * bursts). */
+#define KR2_MIN 2
 #define KR2_MAX 4
 /* Q4_K_R pairs of groups 0 .. g1 - 1 of weight rows `rowa` and `rowb` into acca / accb for R activation rows: each
  * activation vector is loaded once for both rows, and their sums are independent chains. Per output the same
@@ -1548,8 +1556,6 @@ static inline __attribute__((always_inline)) void kr_range2(const actk_t *a, int
     const __m512i nibbles = _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8((char)0xF0), 1);
     for (int64_t gi = 0; gi + 1 < g1; gi += 2) {
         const uint8_t *pa = rowa + gi * gb, *pb = rowb + gi * gb;
-        group_prefetch(pa, 2 * (int)gb);
-        group_prefetch(pb, 2 * (int)gb);
         __m512 scda, mnega, scdb, mnegb;
         kr512_pair_scales(pa, &scda, &mnega);
         kr512_pair_scales(pb, &scdb, &mnegb);
@@ -1557,6 +1563,8 @@ static inline __attribute__((always_inline)) void kr_range2(const actk_t *a, int
         for (int r = 0; r < R; r++) isa[r] = isb[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int u = 0; u < 8; u++) {
+            if (u == 0) group_prefetch(pa, 2 * (int)gb); /* a row's lines at a time, half a pair apart (KR_PACED) */
+            if (u == 4) group_prefetch(pb, 2 * (int)gb);
             const __m512i ca = _mm512_and_si512(
                 _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pa + 32 + 32 * u))), nibbles);
             const __m512i cb = _mm512_and_si512(
