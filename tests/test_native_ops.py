@@ -362,6 +362,19 @@ def test_the_decoder_stack_in_one_call_equals_the_layers_one_by_one(llama_path, 
     assert engine_greedy(engine, prompts) == stacked
 
 
+def test_the_stack_takes_the_rows_its_layers_take_after_the_dense_path_is_switched(llama_path):
+    """The stack runs a step when every layer would: a projection's dense path switched on the loaded weights (the
+    quantization benchmark's serving comparison does) moves the limit at once."""
+    engine = Engine.from_pretrained(llama_path, quantization="int4", quantization_group_size=32, max_model_len=128)
+    model = engine.runner.model
+    projections = [p for layer in model.native_stack.layers for p in layer.projections]
+    for limit, rows, runs in ((4, 3, True), (4, 4, False), (None, 1000, True), (8, 8, False)):
+        for p in projections:
+            p.dense_min_rows = limit
+        assert model.native_stack.runs(rows) is runs, (limit, rows)
+        assert all(layer.runs(rows) is runs for layer in model.native_stack.layers)
+
+
 def test_a_position_past_the_rotary_table_fails_its_request_clearly(llama_path):
     """The one-call stack looks the rotary rows up itself: a position past the table is refused, not read."""
     from tiers.engine.errors import RequestFailedError

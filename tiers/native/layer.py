@@ -90,14 +90,12 @@ class NativeStack:
     def __init__(self, layers: list[NativeLayer]) -> None:
         self.layers = layers
         self.structs = (ctypes.c_void_p * len(layers))(*(ctypes.addressof(layer.struct) for layer in layers))
-        limits = [p.dense_min_rows for layer in layers for p in layer.projections if p.dense_min_rows is not None]
-        self.max_rows = min(limits) - 1 if limits else None  # more rows: a projection takes its dense path
         # id of the first layer's K cache view -> (id of its list, K and V cache addresses), forgotten with that
         # view: a KV cache dropped while the model lives on (a draft's, whose model is another engine's) is freed
         self._kv_arrays: dict[int, tuple[int, ctypes.Array, ctypes.Array]] = {}
 
     def runs(self, rows: int) -> bool:
-        return self.max_rows is None or rows <= self.max_rows
+        return all(layer.runs(rows) for layer in self.layers)
 
     def forward(self, native: NativeLibrary, x: torch.Tensor, rope_tables: tuple[torch.Tensor, torch.Tensor],
                 positions: torch.Tensor, kv_caches: list[tuple[torch.Tensor, torch.Tensor]], slot_mapping: torch.Tensor,
