@@ -1145,40 +1145,62 @@ typedef __m512 kracc;
 static inline kracc kracc_zero(void) { return _mm512_setzero_ps(); }
 static inline __m256 kracc_fold(kracc acc) { return fold512(acc); }
 
+/* Q4_K_R pairs of groups g0 .. (g1 rounded down to even) - 1 of NW (1 or 2) weight rows, row0 (and row1) into
+ * acc0[0 .. R) (and acc1), R activation rows from m0; returns the first group after them. Two weight rows share each
+ * activation vector's load, and their sums are independent chains; each output gets the same operations in the
+ * same order either way: the same bits. PF: each pair prefetches the bytes ahead of it (a row read start to end),
+ * one row at one activation row all at the pair's start, otherwise half at the first of its 8 steps and half at
+ * the fifth (KR_PACED). */
+static inline __attribute__((always_inline)) int64_t kr_pairs(const int NW, const actk_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *row0, const uint8_t *row1, int64_t g0, int64_t g1, const int PF, kracc *acc0,
+        kracc *acc1) {
+    const int64_t gb = group_bytes(T_Q4_K_R);
+    const __m512i nibbles = _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8((char)0xF0), 1);
+    int64_t gi = g0;
+    for (; gi + 1 < g1; gi += 2) {
+        const uint8_t *pg[2];
+        __m512 scd[2], mneg[2];
+        for (int w = 0; w < NW; w++) {
+            pg[w] = (w ? row1 : row0) + gi * gb;
+            kr512_pair_scales(pg[w], &scd[w], &mneg[w]);
+        }
+        __m512i isum[2][KR_ROWS];
+        for (int w = 0; w < NW; w++)
+            for (int r = 0; r < R; r++) isum[w][r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) {
+            if (PF && u == 0) group_prefetch(pg[0], (NW == 1 && R > 1 ? 1 : 2) * (int)gb);
+            if (PF && u == 4 && (NW == 2 || R > 1))
+                group_prefetch(NW == 2 ? pg[1] : pg[0] + gb, (NW == 2 ? 2 : 1) * (int)gb);
+            __m512i codes[2];
+            for (int w = 0; w < NW; w++)
+                codes[w] = _mm512_and_si512(
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pg[w] + 32 + 32 * u))), nibbles);
+            for (int r = 0; r < R; r++) {
+                const __m512i av = _mm512_load_si512((const void *)(a->qp + (m0 + r) * K + gi * QK_K + 64 * u));
+                for (int w = 0; w < NW; w++) isum[w][r] = _mm512_dpbusd_epi32(isum[w][r], codes[w], av);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const int64_t s = (m0 + r) * (K / 512 * 32) + gi * 16;
+            const __m512 pd = _mm512_load_ps(a->pd + s), ds = _mm512_load_ps(a->pd + s + 16);
+            for (int w = 0; w < NW; w++) {
+                kracc *acc = w ? acc1 : acc0;
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[w][r]), pd), scd[w], acc[r]);
+                acc[r] = _mm512_fmadd_ps(mneg[w], ds, acc[r]);
+            }
+        }
+    }
+    return gi;
+}
+
 /* groups g0 .. g1 - 1 of weight row `row` (g0 even: Q4_K_R's pairs start there) into acc[0 .. R), R activation rows
  * from m0; PF: each group prefetches the bytes ahead of it (a row read start to end) */
 static inline __attribute__((always_inline)) void kr_range(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *row, int64_t g0, int64_t g1, const int PF, kracc *acc) {
     const int64_t gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
     int64_t gi = g0;
-    if (TYPE == T_Q4_K_R) {
-        const __m512i nibbles = _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8((char)0xF0), 1);
-        for (; gi + 1 < g1; gi += 2) {
-            const uint8_t *pg = row + gi * gb;
-            __m512 scd, mneg;
-            kr512_pair_scales(pg, &scd, &mneg);
-            __m512i isum[KR_ROWS];
-            for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++) {
-                /* one row: the pair's lines at once; more rows: a group's at a time, half a pair apart (KR_PACED) */
-                if (PF && u == 0) group_prefetch(pg, (R == 1 ? 2 : 1) * (int)gb);
-                if (PF && R > 1 && u == 4) group_prefetch(pg + gb, (int)gb);
-                const __m512i codes = _mm512_and_si512(
-                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pg + 32 + 32 * u))), nibbles);
-                for (int r = 0; r < R; r++) {
-                    const int8_t *av = a->qp + (m0 + r) * K + gi * QK_K + 64 * u;
-                    isum[r] = _mm512_dpbusd_epi32(isum[r], codes, _mm512_load_si512((const void *)av));
-                }
-            }
-            for (int r = 0; r < R; r++) {
-                const int64_t s = (m0 + r) * (K / 512 * 32) + gi * 16;
-                const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_load_ps(a->pd + s));
-                acc[r] = _mm512_fmadd_ps(t, scd, acc[r]);
-                acc[r] = _mm512_fmadd_ps(mneg, _mm512_load_ps(a->pd + s + 16), acc[r]);
-            }
-        }
-    }
+    if (TYPE == T_Q4_K_R) gi = kr_pairs(1, a, m0, R, K, row, NULL, g0, g1, PF, acc, NULL);
     for (; gi < g1; gi++) {
         const uint8_t *g = row + gi * gb;
         if (PF) group_prefetch(g, (int)gb);
@@ -1547,45 +1569,6 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
  * bursts). */
 #define KR2_MIN 2
 #define KR2_MAX 4
-/* Q4_K_R pairs of groups 0 .. g1 - 1 of weight rows `rowa` and `rowb` into acca / accb for R activation rows: each
- * activation vector is loaded once for both rows, and their sums are independent chains. Per output the same
- * operations in the same order as kr_range's: the same bits. */
-static inline __attribute__((always_inline)) void kr_range2(const actk_t *a, int64_t m0, const int R, int64_t K,
-        const uint8_t *rowa, const uint8_t *rowb, int64_t g1, kracc *acca, kracc *accb) {
-    const int64_t gb = group_bytes(T_Q4_K_R);
-    const __m512i nibbles = _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8((char)0xF0), 1);
-    for (int64_t gi = 0; gi + 1 < g1; gi += 2) {
-        const uint8_t *pa = rowa + gi * gb, *pb = rowb + gi * gb;
-        __m512 scda, mnega, scdb, mnegb;
-        kr512_pair_scales(pa, &scda, &mnega);
-        kr512_pair_scales(pb, &scdb, &mnegb);
-        __m512i isa[KR2_MAX], isb[KR2_MAX];
-        for (int r = 0; r < R; r++) isa[r] = isb[r] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) {
-            if (u == 0) group_prefetch(pa, 2 * (int)gb); /* a row's lines at a time, half a pair apart (KR_PACED) */
-            if (u == 4) group_prefetch(pb, 2 * (int)gb);
-            const __m512i ca = _mm512_and_si512(
-                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pa + 32 + 32 * u))), nibbles);
-            const __m512i cb = _mm512_and_si512(
-                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pb + 32 + 32 * u))), nibbles);
-            for (int r = 0; r < R; r++) {
-                const __m512i av = _mm512_load_si512((const void *)(a->qp + (m0 + r) * K + gi * QK_K + 64 * u));
-                isa[r] = _mm512_dpbusd_epi32(isa[r], ca, av);
-                isb[r] = _mm512_dpbusd_epi32(isb[r], cb, av);
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            const int64_t s = (m0 + r) * (K / 512 * 32) + gi * 16;
-            const __m512 pd = _mm512_load_ps(a->pd + s), ds = _mm512_load_ps(a->pd + s + 16);
-            acca[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isa[r]), pd), scda, acca[r]);
-            acca[r] = _mm512_fmadd_ps(mnega, ds, acca[r]);
-            accb[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), pd), scdb, accb[r]);
-            accb[r] = _mm512_fmadd_ps(mnegb, ds, accb[r]);
-        }
-    }
-}
-
 /* kr_rows for weight rows n and n + 1 of a Q4_K_R, R <= KR2_MAX: their pairs together, a row's odd last group alone */
 static inline __attribute__((always_inline)) void kr_rows2(const actk_t *a, int64_t m0, const int R, int64_t K,
         const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
@@ -1593,7 +1576,7 @@ static inline __attribute__((always_inline)) void kr_rows2(const actk_t *a, int6
     const uint8_t *rowa = w + n * rb, *rowb = rowa + rb;
     kracc acca[KR2_MAX], accb[KR2_MAX];
     for (int r = 0; r < R; r++) acca[r] = accb[r] = kracc_zero();
-    kr_range2(a, m0, R, K, rowa, rowb, pairs_end, acca, accb);
+    kr_pairs(2, a, m0, R, K, rowa, rowb, 0, pairs_end, 1, acca, accb);
     if (pairs_end < ng) {
         kr_range(T_Q4_K_R, a, m0, R, K, rowa, pairs_end, ng, 1, acca);
         kr_range(T_Q4_K_R, a, m0, R, K, rowb, pairs_end, ng, 1, accb);
