@@ -77,6 +77,6 @@ def model_input(plan: BatchPlan, backend: AttentionBackend, kv_caches: KVCaches,
 def select_rows(hidden: torch.Tensor, rows: list[int]) -> torch.Tensor:
     """hidden's rows at `rows`: a view where they run consecutively (a decode's one row, a verification's k + 1;
     a gather costs ~0.1 ms of a draft step's glue), a gather otherwise."""
-    if rows and rows[-1] - rows[0] == len(rows) - 1 and rows == list(range(rows[0], rows[-1] + 1)):
-        return hidden[rows[0]:rows[-1] + 1]
+    if rows and rows == list(range(rows[0], rows[0] + len(rows))):
+        return hidden[rows[0]:rows[0] + len(rows)]
     return hidden[torch.tensor(rows, device=hidden.device)]
