@@ -550,6 +550,16 @@ def test_confidence_is_read_through_the_acceptance_measured_at_it():
     assert c.calibration.probability(0.03) == pytest.approx(0.9, abs=0.05)
 
 
+def test_a_nan_confidence_counts_as_none():
+    """A draft whose logits went NaN gives its token a NaN confidence: it reads as no confidence (the lowest bin),
+    never an error that fails the request."""
+    cal = ConfidenceCalibration()
+    assert ConfidenceCalibration._bin(float("nan")) == ConfidenceCalibration._bin(0.0) == 0
+    cal.update([float("nan"), 0.5], 0)
+    assert cal.trials[0] == pytest.approx(1.0) and cal.accepted[0] == 0.0
+    assert cal.probability(float("nan")) == cal.probability(0.0)
+
+
 def test_a_new_request_gets_to_show_its_own_acceptance():
     """Costs where speculation pays at alpha 0.9 and not at 0.5 (a target step 1.0 s + 0.1 s a token, a draft
     forward 0.5 s). A first request accepts half its draft tokens and drags the engine-wide rate down; the next request, whose

@@ -86,7 +86,9 @@ class ConfidenceCalibration:
 
     @staticmethod
     def _bin(confidence: float) -> int:
-        return min(CALIBRATION_BINS - 1, max(0, int(confidence * CALIBRATION_BINS)))
+        if not confidence > 0:  # NaN too: a draft whose logits went NaN has no confidence in its token
+            return 0
+        return min(CALIBRATION_BINS - 1, int(confidence * CALIBRATION_BINS))
 
     def update(self, confidences: list[float], num_accepted: int) -> None:
         """A verification of drafts with these confidences accepted the first num_accepted: those succeeded, the
@@ -97,6 +99,7 @@ class ConfidenceCalibration:
             self.trials[b] = CALIBRATION_DECAY * self.trials[b] + 1
 
     def probability(self, confidence: float) -> float:
+        confidence = confidence if confidence > 0 else 0.0  # NaN: none
         b = self._bin(confidence)
         return (self.accepted[b] + CALIBRATION_PRIOR * confidence) / (self.trials[b] + CALIBRATION_PRIOR)
 
