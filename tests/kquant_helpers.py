@@ -3,6 +3,7 @@ sub-block scales packed as ggml lays them out, fp16 super-block scales of the si
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from tiers.quantization.kquant import BLOCK_TYPES, row_bytes
 
@@ -94,3 +95,16 @@ def write_kquant_gguf(path, *, arch: str = "qwen2", hidden: int = 256, heads: in
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def emulate(x: torch.Tensor, weight: torch.Tensor, block: int = 32) -> torch.Tensor:
+    """The kernel's arithmetic with exact sums: activations to int8 per `block` as the kernel does in float32
+    (d = max|x| / 127, q = round half to even of x * (127 / max|x|)), then sum_b d_b * (q_b . w_b) in float64."""
+    m, k = x.shape
+    xb = x.float().view(m, k // block, block)
+    amax = xb.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, torch.tensor(127.0) / amax, torch.zeros(()))
+    q = torch.round(xb * inv).clamp(-127, 127).double()
+    d = (amax / 127).double()
+    wb = weight.double().view(weight.shape[0], k // block, block)
+    return torch.einsum("mbi,nbi,mb->mn", q, wb, d.squeeze(-1)).float()

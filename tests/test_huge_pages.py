@@ -106,7 +106,8 @@ def test_loaded_weights_are_on_huge_pages():
     q, scales = torch.randint(-127, 128, (4096, 1024), dtype=torch.int8), torch.rand(4096) + 0.1
     records = int8_rows(Int8Weight(q, scales), torch.device("cpu"))
     linear = torch.nn.Linear(1024, 16384, bias=False)
-    head = DraftHead.build(linear, 16384, 2048)  # a reduced draft vocabulary: 2,048 rows kept, room for 4,096
+    # a reduced draft vocabulary (2,048 rows kept, room for 4,096) with the head's own rows
+    head = DraftHead.build(linear, 16384, 2048, compact=False)
     tensors += [records, head.rows]
     for t in tensors:
         start, end = _span(t)

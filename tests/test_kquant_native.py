@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.kquant_helpers import make_blocks
+from tests.kquant_helpers import emulate, make_blocks
 from tiers.native import DEFAULT_FLAGS, build_library, native_library
 from tiers.quantization.int4 import QuantizationError
 from tiers.quantization.kquant import BLOCK_TYPES, REPACKED, STORED_TYPES, KQuantWeight, gemm, gather_rows, repack
@@ -67,19 +67,6 @@ def _gguf_dequantize(kind: str, blocks: np.ndarray, n: int, k: int) -> torch.Ten
 def act_block(kind: str) -> int:
     """The kernel's activation block: 256 for the K-quants (ggml's Q8_K), 32 for the 32-blocks (Q8_0)."""
     return 256 if "_K" in kind else 32
-
-
-def emulate(x: torch.Tensor, weight: torch.Tensor, block: int = 32) -> torch.Tensor:
-    """The kernel's arithmetic with exact sums: activations to int8 per `block` as the kernel does in float32
-    (d = max|x| / 127, q = round half to even of x * (127 / max|x|)), then sum_b d_b * (q_b . w_b) in float64."""
-    m, k = x.shape
-    xb = x.float().view(m, k // block, block)
-    amax = xb.abs().amax(-1, keepdim=True)
-    inv = torch.where(amax > 0, torch.tensor(127.0) / amax, torch.zeros(()))
-    q = torch.round(xb * inv).clamp(-127, 127).double()
-    d = (amax / 127).double()
-    wb = weight.double().view(weight.shape[0], k // block, block)
-    return torch.einsum("mbi,nbi,mb->mn", q, wb, d.squeeze(-1)).float()
 
 
 @pytest.mark.parametrize("kind", TYPES)

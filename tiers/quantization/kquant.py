@@ -158,6 +158,19 @@ def repack(native: NativeLibrary, weight: KQuantWeight, in_place: bool = False) 
     return weight
 
 
+def quantize(weight: torch.Tensor, kind: str) -> KQuantWeight:
+    """A float [N, K] weight as GGUF blocks of one of STORED_TYPES, by the gguf package's reference quantizer
+    (ggml's round-to-nearest rules); one part, not repacked."""
+    from gguf.quants import quantize as gguf_quantize
+
+    if kind not in STORED_TYPES:
+        raise QuantizationError(f"block type {kind} is not one of {', '.join(STORED_TYPES)}")
+    n, k = weight.shape
+    row_bytes(kind, k)  # a clear error for rows that do not hold whole blocks
+    blocks = gguf_quantize(weight.detach().float().cpu().numpy(), GGMLQuantizationType[kind])
+    return KQuantWeight([(kind, torch.from_numpy(np.ascontiguousarray(blocks)).view(n, -1))], k)
+
+
 def dequantize_parts(native: NativeLibrary, weight: KQuantWeight, out: torch.Tensor) -> torch.Tensor:
     """The weight's rows decoded into `out` (contiguous [N, K], float32 or bfloat16: gguf's dequantizer's values,
     bf16 rounded to nearest even), every part through the kernel's own decoding on torch's threads; returns out."""
