@@ -15,7 +15,8 @@ import torch
 from tests.kquant_helpers import emulate, make_blocks
 from tiers.native import DEFAULT_FLAGS, build_library, native_library
 from tiers.quantization.int4 import QuantizationError
-from tiers.quantization.kquant import BLOCK_TYPES, REPACKED, STORED_TYPES, KQuantWeight, gemm, gather_rows, repack
+from tiers.quantization.kquant import (BLOCK_TYPES, REPACKED, STORED_TYPES, KQuantWeight, gather_rows, gemm, quantize,
+                                       repack)
 from tiers.quantization.kquant_dense import dequantize_into
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
@@ -67,6 +68,20 @@ def _gguf_dequantize(kind: str, blocks: np.ndarray, n: int, k: int) -> torch.Ten
 def act_block(kind: str) -> int:
     """The kernel's activation block: 256 for the K-quants (ggml's Q8_K), 32 for the 32-blocks (Q8_0)."""
     return 256 if "_K" in kind else 32
+
+
+def test_quantize_makes_ggufs_blocks_and_refuses_what_gguf_cannot():
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import quantize as gguf_quantize
+
+    x = torch.randn(3, 256)
+    weight = quantize(x, "Q5_0")
+    assert weight.types == ("Q5_0",) and weight.shape == (3, 256)
+    assert np.array_equal(weight.parts[0][1].numpy(), gguf_quantize(x.numpy(), GGMLQuantizationType.Q5_0))
+    with pytest.raises(QuantizationError, match="K-quant"):
+        quantize(x, "Q4_K")
+    with pytest.raises(QuantizationError, match="multiples of 32"):
+        quantize(torch.randn(3, 100), "Q5_0")
 
 
 @pytest.mark.parametrize("kind", TYPES)

@@ -31,6 +31,8 @@ BLOCK_TYPES = {name: (int(GGMLQuantizationType[name]), *GGML_QUANT_SIZES[GGMLQua
                for name in STORED_TYPES}
 BLOCK_TYPES |= {packed: (256 + BLOCK_TYPES[kind][0], *(GROUP_BLOCKS.get(packed, 1) * n for n in BLOCK_TYPES[kind][1:]))
                 for kind, packed in REPACKED.items()}
+# the types `quantize` makes from float weights
+QUANTIZABLE_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 # the types a GGUF projection keeps as stored (Q4_0 / Q4_1 go to Int4Weight and the w4a8 kernel instead)
 NATIVE_TYPES = ("Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
@@ -159,12 +161,13 @@ def repack(native: NativeLibrary, weight: KQuantWeight, in_place: bool = False) 
 
 
 def quantize(weight: torch.Tensor, kind: str) -> KQuantWeight:
-    """A float [N, K] weight as GGUF blocks of one of STORED_TYPES, by the gguf package's reference quantizer
+    """A float [N, K] weight as GGUF blocks of one of QUANTIZABLE_TYPES, by the gguf package's reference quantizer
     (ggml's round-to-nearest rules); one part, not repacked."""
     from gguf.quants import quantize as gguf_quantize
 
-    if kind not in STORED_TYPES:
-        raise QuantizationError(f"block type {kind} is not one of {', '.join(STORED_TYPES)}")
+    if kind not in QUANTIZABLE_TYPES:
+        raise QuantizationError(f"quantizing to {kind}: only {', '.join(QUANTIZABLE_TYPES)} (the gguf package "
+                                "quantizes no K-quant)")
     n, k = weight.shape
     row_bytes(kind, k)  # a clear error for rows that do not hold whole blocks
     blocks = gguf_quantize(weight.detach().float().cpu().numpy(), GGMLQuantizationType[kind])
