@@ -15,6 +15,7 @@ from tiers.engine.spec_decode.adaptive import (AcceptanceEstimate, ConfidenceCal
                                                expected_tokens)
 from tiers.engine.spec_decode.proposer import NgramProposer
 from tiers.engine.rejection_sampler import verify_one
+from tiers.native import native_library
 
 MAX_TOKENS = 24
 
@@ -354,23 +355,30 @@ def test_rejection_sampler_reproduces_the_target_distribution(with_q):
 
 
 @pytest.fixture(scope="module")
-def tiny_vocab_pair(tmp_path_factory):
-    """Token-id-only Llamas with a 24-token vocabulary (no tokenizer): a 2-layer target and, as its draft, the same
-    weights less the second layer."""
+def tiny_vocab_pairs(tmp_path_factory):
+    """hidden -> token-id-only Llamas with a 24-token vocabulary (no tokenizer) of that width: a 2-layer target and,
+    as its draft, the same weights less the second layer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    root = tmp_path_factory.mktemp("tiny-vocab")
-    config = LlamaConfig(vocab_size=24, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-                         initializer_range=0.3, bos_token_id=0, eos_token_id=1, pad_token_id=2)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        target = LlamaForCausalLM(config).eval()
-    target.save_pretrained(root / "target")
-    draft = LlamaForCausalLM(LlamaConfig(**{**config.to_dict(), "num_hidden_layers": 1})).eval()
-    draft.load_state_dict({k: v for k, v in target.state_dict().items() if ".layers.1." not in k})
-    draft.save_pretrained(root / "draft")
-    return root / "target", root / "draft"
+    made = {}
+
+    def make(hidden: int):
+        if hidden not in made:
+            root = tmp_path_factory.mktemp(f"tiny-vocab-{hidden}")
+            config = LlamaConfig(vocab_size=24, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+                                 num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                 initializer_range=0.3 * (32 / hidden) ** 1.5, bos_token_id=0, eos_token_id=1,
+                                 pad_token_id=2)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                target = LlamaForCausalLM(config).eval()
+            target.save_pretrained(root / "target")
+            draft = LlamaForCausalLM(LlamaConfig(**{**config.to_dict(), "num_hidden_layers": 1})).eval()
+            draft.load_state_dict({k: v for k, v in target.state_dict().items() if ".layers.1." not in k})
+            draft.save_pretrained(root / "draft")
+            made[hidden] = root / "target", root / "draft"
+        return made[hidden]
+    return make
 
 
 def exact_marginals(path, prompt: list[int], params: SamplingParams, steps: int) -> list[torch.Tensor]:
@@ -394,24 +402,30 @@ def exact_marginals(path, prompt: list[int], params: SamplingParams, steps: int)
     return marginals
 
 
-@pytest.mark.parametrize("params,draft_vocab,stop_below", [
-    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 0, None),
-    (SamplingParams(max_tokens=4, temperature=0.8, top_k=12, top_p=0.9, ignore_eos=True), 0, None),
-    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 4, None),
-    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 0, 0.3)],
-    ids=["plain", "top-k-top-p", "plain-reduced-draft-vocabulary", "confidence-stop"])
-def test_speculative_sampling_matches_the_target_distribution(tiny_vocab_pair, params, draft_vocab, stop_below):
+@pytest.mark.parametrize("params,draft_vocab,stop_below,hidden", [
+    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 0, None, 32),
+    (SamplingParams(max_tokens=4, temperature=0.8, top_k=12, top_p=0.9, ignore_eos=True), 0, None, 32),
+    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 4, None, 32),
+    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 4, None, 128),
+    (SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True), 0, 0.3, 32)],
+    ids=["plain", "top-k-top-p", "plain-reduced-draft-vocabulary", "reduced-draft-vocabulary-as-q5_0",
+         "confidence-stop"])
+def test_speculative_sampling_matches_the_target_distribution(tiny_vocab_pairs, params, draft_vocab, stop_below,
+                                                              hidden):
     """Output tokens 2 and 3 come from verification (token 1 from the prefill): over 2,000 fixed seeds their
     empirical distributions match the target's exact marginals (chi-square). With a reduced draft vocabulary (ids
     0-3, the prompt's tokens, then what the draft is fed, at most 8 of 24) the draft's q is zero outside its rows:
     the residual distribution must supply those tokens. With a stop on the draft's confidence (here: after a token
-    of q at most stop_below) how many tokens are drafted depends on what was sampled, and must not bias it."""
-    target, draft = tiny_vocab_pair
+    of q at most stop_below) how many tokens are drafted depends on what was sampled, and must not bias it. Rows 128
+    wide: the draft's kept rows are Q5_0 where native kernels run (its q is theirs)."""
+    target, draft = tiny_vocab_pairs(hidden)
     prompt = [3, 9, 4, 17, 5]
     engine = Engine.from_pretrained(target, draft=draft, num_speculative_tokens=2, speculative_adaptive=False,
                                     draft_vocab_size=draft_vocab)
     head = engine.speculator.proposer.runner.head
     assert (head is not None) == bool(draft_vocab)
+    if head is not None and hidden % 128 == 0 and native_library() is not None:
+        assert head.rows.dtype == torch.uint8  # Q5_0_R rows
     if stop_below is not None:
         engine.speculator.controller.keep_drafting = lambda drafts, _: [c[-1] > stop_below for _, c in drafts]
     n = 2000
