@@ -683,6 +683,19 @@ def test_leviathan_prediction():
     assert leviathan_speedup(1.0, 3, 0.0) == 4.0 and leviathan_speedup(0.0, 2, 0.1) == pytest.approx(1 / 1.2)
 
 
+def test_the_benchmark_speedup_interval_is_over_the_calls():
+    """The benchmark's per-call interval: the ratio of the sums, bounded by the calls' own ratios, and refused for
+    calls that do not pair up."""
+    from benchmarks.speculative_report import speedup_interval
+
+    value, lo, hi = speedup_interval([4.0, 4.0, 4.0, 4.0], [2.0, 3.0, 4.0, 2.0])
+    assert value == pytest.approx(16 / 11)
+    assert 1.0 <= lo < value < hi <= 2.0  # a resample of calls lies between the slowest and the fastest call
+    assert speedup_interval([2.0, 3.0], [2.0, 3.0]) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="same calls"):
+        speedup_interval([1.0, 2.0], [1.0])
+
+
 def test_draft_slots_never_take_the_blocks_others_need():
     """Two decoding sequences each at a block boundary, two free blocks: both decode, neither gets draft slots
     that would leave the other without a block (which would preempt it); with room to spare, both speculate."""
