@@ -160,9 +160,9 @@ def test_the_largest_codes_times_the_largest_activations_stay_exact_on_every_isa
 
 
 @pytest.mark.parametrize("kind", TYPES)
-# (1, 25): a decode step, weight rows in pairs and one left; (2, 25), (4, 25): verifications, whose Q4_K_R rows go two
+# (1, 25): a decode step, weight rows in pairs and one left; (2, 25), (5, 25): verifications, whose Q4_K_R rows go two
 # at a time on AVX-512 VNNI
-@pytest.mark.parametrize("m,n", [(6, 24), (1, 25), (2, 25), (4, 25)])
+@pytest.mark.parametrize("m,n", [(6, 24), (1, 25), (2, 25), (5, 25)])
 def test_every_isa_gives_the_same_bits(kind, m, n):
     """Exact integer sums and the same float operations in the same order on every path: identical results. Rows of
     768: Q4_K_R's pair of groups and its odd last group; of 384: Q5_0_R's group of 8 blocks and its last group of 4."""
@@ -261,13 +261,13 @@ def test_each_row_is_independent_of_its_batch(threads):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_two_weight_rows_at_a_time_give_each_rows_own_bits(threads):
-    """2 to 4 activation rows take a Q4_K_R's weight rows two at a time (AVX-512 VNNI): each output has the bits of
+    """2 to 5 activation rows take a Q4_K_R's weight rows two at a time (AVX-512 VNNI): each output has the bits of
     its row alone. An odd number of weight rows (one left), rows of 2, 3 and 5 groups (an odd last group)."""
     torch.set_num_threads(threads)
     library = native_library()
     for k in (512, 768, 1280):
         weight, _ = _weight("Q4_K_R", 37, k, 5)
-        for m in (2, 3, 4):
+        for m in (2, 3, 4, 5, 6):
             x = torch.randn(m, k)
             alone = torch.cat([gemm(library, x[i:i + 1], weight) for i in range(m)])
             assert torch.equal(gemm(library, x, weight), alone), (k, m)

@@ -1559,8 +1559,10 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
 
 #if defined(KQ_VNNI)
 /* Activation rows for which two weight rows go at once (kr_rows2). The 1.5B's four projections back to back, 2
- * threads, from memory, an Intel Xeon (docs/benchmarks.md): 2 / 3 / 4 rows 3 / 9 / 10% faster. From 5 rows the
- * accumulators of two rows no longer fit the 32 registers (with them in memory: no faster); a row stays alone.
+ * threads, from memory, an Intel Xeon (docs/benchmarks.md): 2 / 3 / 4 rows 3 / 9 / 10% faster. 5 rows (a
+ * verification of k = 4), though the two rows' accumulators then pass the 32 registers: the 1.5B's gate_up 11% and
+ * o 9% faster streamed (benchmarks.decode_bound --rows 5, issue 37's twenty-seventh pass); 8 rows 10-17% slower in
+ * cache, so from 6 rows a row stays alone.
  *
  * KR_PACED: a Q4_K_R tile of several rows asks for its next lines a group (or a row's pair) at a time, half a pair
  * of steps apart, not all at the pair's start: a burst of 12-24 prefetches stalled the loop behind them. Two rows
@@ -1568,7 +1570,7 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
  * bursts, 5-10% with pacing); one row at a time with pacing: 4-5% faster at 5 rows, 6% slower at 1 (so 1 row
  * bursts). */
 #define KR2_MIN 2
-#define KR2_MAX 4
+#define KR2_MAX 5
 /* kr_rows for weight rows n and n + 1 of a Q4_K_R, R <= KR2_MAX: their pairs together, a row's odd last group alone */
 static inline __attribute__((always_inline)) void kr_rows2(const actk_t *a, int64_t m0, const int R, int64_t K,
         const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
