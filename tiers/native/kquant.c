@@ -1058,7 +1058,9 @@ static inline __attribute__((always_inline)) void kk_rows_v(const int TYPE, cons
 /* A tile of R > 1 rows is blocked from R x K = 3/4 of the L1 data cache's bytes (the activations take about 1.5 R K
  * bytes: blocked once they pass ~1.1 times the L1). Measured on a 48 KB L1 (36,864): 5 rows of 8,960 gain 21%
  * streamed, 2 threads; 4 rows lose or gain 4% (Q4_K / Q6_K), 2 and 3 rows lose 5-10% blocked. A 32 KB L1 (AMD's)
- * gives 24,576, not measured. A build with -DKR_BLOCKED_FROM=N takes N instead (the tests block every tile). */
+ * gives 24,576, not measured. A build with -DKR_BLOCKED_FROM=N takes N instead (the tests block every tile). A
+ * tile whose Q4_K_R / Q6_K_R weight rows go two at a time (2-5 rows, kr_rows2 / kr6_rows2) is blocked from twice
+ * the threshold: unblocked, 5 rows of 8,960 read 9-15% faster than blocked (issue 37's twenty-seventh pass). */
 #ifdef KR_BLOCKED_FROM
 static int64_t kr_blocked_from = KR_BLOCKED_FROM;
 #else
@@ -1223,6 +1225,43 @@ static inline __attribute__((always_inline)) void kr_range(const int TYPE, const
             const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_set1_ps(a->d[(m0 + r) * ng + gi]));
             acc[r] = _mm512_fmadd_ps(t, scd, acc[r]);
             if (TYPE == T_Q4_K_R) acc[r] = _mm512_fmadd_ps(mneg, _mm512_load_ps(a->dbs + s), acc[r]);
+        }
+    }
+}
+
+/* kr_range for two weight rows at once, rowa and rowb, into acca and accb (groups g0 .. g1 - 1, one at a time): each
+ * activation vector is loaded once for both rows, and each output gets kr_range's operations in its order: the same
+ * bits. PF: each group prefetches the bytes ahead of both rows, the second row's half a group later. */
+static inline __attribute__((always_inline)) void kr_range2(const int TYPE, const actk_t *a, int64_t m0, const int R,
+        int64_t K, const uint8_t *rowa, const uint8_t *rowb, int64_t g0, int64_t g1, const int PF, kracc *acca,
+        kracc *accb) {
+    const int64_t gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
+    for (int64_t gi = g0; gi < g1; gi++) {
+        const uint8_t *g[2] = {rowa + gi * gb, rowb + gi * gb};
+        __m512 scd[2], mneg[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int w = 0; w < 2; w++) kr512_scales(TYPE, g[w], &scd[w], &mneg[w]);
+        __m512i isum[2][KR_ROWS];
+        for (int r = 0; r < R; r++) /* Q6_K_R: from - 32 * sum(q) */
+            isum[0][r] = isum[1][r] = TYPE == T_Q6_K_R
+                                          ? _mm512_load_si512((const void *)(a->b32 + (m0 + r) * ns + gi * 16))
+                                          : _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            if (PF && (v == 0 || v == 2)) group_prefetch(g[v / 2], (int)gb);
+            const __m512i codes[2] = {kr512_codes(TYPE, g[0], v), kr512_codes(TYPE, g[1], v)};
+            for (int r = 0; r < R; r++) {
+                const __m512i av = _mm512_load_si512((const void *)(a->qr + (m0 + r) * K + gi * QK_K + 64 * v));
+                for (int w = 0; w < 2; w++) isum[w][r] = _mm512_dpbusd_epi32(isum[w][r], codes[w], av);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const int64_t s = (m0 + r) * ns + gi * 16;
+            const __m512 d = _mm512_set1_ps(a->d[(m0 + r) * ng + gi]);
+            for (int w = 0; w < 2; w++) {
+                kracc *acc = w ? accb : acca;
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[w][r]), d), scd[w], acc[r]);
+                if (TYPE == T_Q4_K_R) acc[r] = _mm512_fmadd_ps(mneg[w], _mm512_load_ps(a->dbs + s), acc[r]);
+            }
         }
     }
 }
@@ -1571,6 +1610,9 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
  * bursts). */
 #define KR2_MIN 2
 #define KR2_MAX 5
+#ifndef KR6_MAX
+#define KR6_MAX 5 /* the same for a Q6_K_R's weight rows (kr_range2) */
+#endif
 /* kr_rows for weight rows n and n + 1 of a Q4_K_R, R <= KR2_MAX: their pairs together, a row's odd last group alone */
 static inline __attribute__((always_inline)) void kr_rows2(const actk_t *a, int64_t m0, const int R, int64_t K,
         const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
@@ -1583,6 +1625,19 @@ static inline __attribute__((always_inline)) void kr_rows2(const actk_t *a, int6
         kr_range(T_Q4_K_R, a, m0, R, K, rowa, pairs_end, ng, 1, acca);
         kr_range(T_Q4_K_R, a, m0, R, K, rowb, pairs_end, ng, 1, accb);
     }
+    for (int r = 0; r < R; r++) {
+        folded[r][t] = kracc_fold(acca[r]);
+        folded[r][t + 1] = kracc_fold(accb[r]);
+    }
+}
+
+/* kr_rows for weight rows n and n + 1 of a Q6_K_R, R <= KR6_MAX */
+static inline __attribute__((always_inline)) void kr6_rows2(const actk_t *a, int64_t m0, const int R, int64_t K,
+        const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
+    const int64_t rb = row_bytes(T_Q6_K_R, K);
+    kracc acca[KR6_MAX], accb[KR6_MAX];
+    for (int r = 0; r < R; r++) acca[r] = accb[r] = kracc_zero();
+    kr_range2(T_Q6_K_R, a, m0, R, K, w + n * rb, w + (n + 1) * rb, 0, K / QK_K, 1, acca, accb);
     for (int r = 0; r < R; r++) {
         folded[r][t] = kracc_fold(acca[r]);
         folded[r][t + 1] = kracc_fold(accb[r]);
@@ -1811,7 +1866,10 @@ static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64
 static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const actk_t *a, int64_t m0, const int R,
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
 #if defined(KQ_VNNI)
-    if (TYPE >= T_REPACKED && R > 1 && R * K > kr_blocked_from) {
+    /* a tile whose weight rows go two at a time reads its activations once per two rows: blocked from twice */
+    const int paired = (TYPE == T_Q4_K_R && R >= KR2_MIN && R <= KR2_MAX) ||
+                       (TYPE == T_Q6_K_R && R >= KR2_MIN && R <= KR6_MAX);
+    if (TYPE >= T_REPACKED && R > 1 && R * K > (paired ? 2 : 1) * kr_blocked_from) {
         kr_tile_blocked(TYPE, a, m0, R, K, w, n0, NT, out, ldo);
         return;
     }
@@ -1823,6 +1881,8 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
 #if defined(KQ_VNNI)
         if (TYPE == T_Q4_K_R && R >= KR2_MIN && R <= KR2_MAX)
             for (; t + 1 < NT; t += 2) kr_rows2(a, m0, R < KR2_MAX ? R : KR2_MAX, K, w, n0 + t, folded, t);
+        if (TYPE == T_Q6_K_R && R >= KR2_MIN && R <= KR6_MAX)
+            for (; t + 1 < NT; t += 2) kr6_rows2(a, m0, R < KR6_MAX ? R : KR6_MAX, K, w, n0 + t, folded, t);
 #endif
         for (; t < NT; t++) kr_rows(TYPE, a, m0, R, K, w, n0 + t, folded, t);
         folded_store(R, NT, folded, out + m0 * ldo + n0, ldo);
