@@ -1610,9 +1610,11 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
  * bursts). */
 #define KR2_MIN 2
 #define KR2_MAX 5
-#ifndef KR6_MAX
 #define KR6_MAX 5 /* the same for a Q6_K_R's weight rows (kr_range2) */
-#endif
+/* whether a tile of R rows takes its weight rows two at a time (kr_rows2, kr6_rows2) */
+static inline int kr_paired(const int TYPE, const int R) {
+    return R >= KR2_MIN && ((TYPE == T_Q4_K_R && R <= KR2_MAX) || (TYPE == T_Q6_K_R && R <= KR6_MAX));
+}
 /* kr_rows for weight rows n and n + 1 of a Q4_K_R, R <= KR2_MAX: their pairs together, a row's odd last group alone */
 static inline __attribute__((always_inline)) void kr_rows2(const actk_t *a, int64_t m0, const int R, int64_t K,
         const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
@@ -1867,9 +1869,7 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
         int64_t K, const uint8_t *w, int64_t n0, int64_t NT, float *out, int64_t ldo) {
 #if defined(KQ_VNNI)
     /* a tile whose weight rows go two at a time reads its activations once per two rows: blocked from twice */
-    const int paired = (TYPE == T_Q4_K_R && R >= KR2_MIN && R <= KR2_MAX) ||
-                       (TYPE == T_Q6_K_R && R >= KR2_MIN && R <= KR6_MAX);
-    if (TYPE >= T_REPACKED && R > 1 && R * K > (paired ? 2 : 1) * kr_blocked_from) {
+    if (TYPE >= T_REPACKED && R > 1 && R * K > (kr_paired(TYPE, R) ? 2 : 1) * kr_blocked_from) {
         kr_tile_blocked(TYPE, a, m0, R, K, w, n0, NT, out, ldo);
         return;
     }
@@ -1879,10 +1879,14 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
         __m256 folded[KR_ROWS][KQ_CHUNK];
         int64_t t = 0;
 #if defined(KQ_VNNI)
-        if (TYPE == T_Q4_K_R && R >= KR2_MIN && R <= KR2_MAX)
-            for (; t + 1 < NT; t += 2) kr_rows2(a, m0, R < KR2_MAX ? R : KR2_MAX, K, w, n0 + t, folded, t);
-        if (TYPE == T_Q6_K_R && R >= KR2_MIN && R <= KR6_MAX)
-            for (; t + 1 < NT; t += 2) kr6_rows2(a, m0, R < KR6_MAX ? R : KR6_MAX, K, w, n0 + t, folded, t);
+        if (kr_paired(TYPE, R)) {
+            for (; t + 1 < NT; t += 2) {
+                if (TYPE == T_Q4_K_R)
+                    kr_rows2(a, m0, R < KR2_MAX ? R : KR2_MAX, K, w, n0 + t, folded, t);
+                else
+                    kr6_rows2(a, m0, R < KR6_MAX ? R : KR6_MAX, K, w, n0 + t, folded, t);
+            }
+        }
 #endif
         for (; t < NT; t++) kr_rows(TYPE, a, m0, R, K, w, n0 + t, folded, t);
         folded_store(R, NT, folded, out + m0 * ldo + n0, ldo);
