@@ -261,12 +261,13 @@ def test_each_row_is_independent_of_its_batch(threads):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_two_weight_rows_at_a_time_give_each_rows_own_bits(threads):
-    """2 to 5 activation rows take a Q4_K_R's or Q6_K_R's weight rows two at a time (AVX-512 VNNI): each output has
-    the bits of its row alone. An odd number of weight rows (one left), rows of 2, 3 and 5 groups (Q4_K_R: an odd
-    last group); 5 rows of 7,680 pass the blocking threshold of a tile of single rows, not of a paired one."""
+    """2 to 5 activation rows take a Q4_K_R's, Q6_K_R's or Q5_0_R's weight rows two at a time (AVX-512 VNNI): each
+    output has the bits of its row alone. An odd number of weight rows (one left), rows of 2, 3 and 5 groups (Q4_K_R:
+    an odd last group; Q5_0_R: a last group of 4 blocks at 1,280); 5 rows of 7,680 pass the blocking threshold of a
+    tile of single rows, not of a paired one."""
     torch.set_num_threads(threads)
     library = native_library()
-    for kind in ("Q4_K_R", "Q6_K_R"):
+    for kind in ("Q4_K_R", "Q6_K_R", "Q5_0_R"):
         for k in (512, 768, 1280, 7680):
             weight, _ = _weight(kind, 37, k, 5)
             for m in (2, 3, 4, 5, 6):

@@ -1611,6 +1611,12 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
 #define KR2_MIN 2
 #define KR2_MAX 5
 #define KR6_MAX 5 /* the same for a Q6_K_R's weight rows (kr_range2) */
+/* and from how many rows a Q5_0_R's (kr5_rows, up to KR2_MAX): the 0.5B's gate_up shape (9,728 x 896), streamed on 2
+ * threads, 4 and 5 rows 12-18% faster, 3 rows 2-18%; 1 row within the noise, so it stays alone (issue 37's
+ * twenty-seventh pass) */
+#ifndef KR5_PAIRED_FROM
+#define KR5_PAIRED_FROM 2
+#endif
 /* whether a tile of R rows takes its weight rows two at a time (kr_rows2, kr6_rows2) */
 static inline int kr_paired(const int TYPE, const int R) {
     return R >= KR2_MIN && ((TYPE == T_Q4_K_R && R <= KR2_MAX) || (TYPE == T_Q6_K_R && R <= KR6_MAX));
@@ -1703,43 +1709,59 @@ static inline __attribute__((always_inline)) void kr_tile_blocked(const int TYPE
         }                                                                                                      \
     }
 #if defined(KQ_VNNI)
-static inline __attribute__((always_inline)) void kr5_rows(const act_t *a, int64_t m0, const int R, int64_t K,
-                                                           const uint8_t *w, int64_t n, float *out, int64_t ldo) {
+/* weight rows n .. n + NW - 1 (NW 1 or 2: two share each activation vector's load; each output gets the same
+ * operations in the same order either way, the same bits) */
+static inline __attribute__((always_inline)) void kr5_rows(const int NW, const act_t *a, int64_t m0, const int R,
+                                                           int64_t K, const uint8_t *w, int64_t n, float *out,
+                                                           int64_t ldo) {
     const int64_t rb = row_bytes(T_Q5_0_R, K), nl = K / 8;
-    __m512 acc[KR_ROWS];
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    __m512 acc[2][KR_ROWS];
+    for (int i = 0; i < NW; i++)
+        for (int r = 0; r < R; r++) acc[i][r] = _mm512_setzero_ps();
     KR5_GROUPS({
-        group_prefetch(g, 22 * G);
-        const __m512 d = _mm512_castps256_ps512(G == 8 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g))
-                                                       : _mm256_castps128_ps256(_mm_cvtph_ps(
-                                                             _mm_loadl_epi64((const __m128i *)g))));
         const __m512i lane_block = G == 8 ? _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)
                                           : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-        const __m512 scd = _mm512_permutexvar_ps(lane_block, d);
-        __m512i isum[KR_ROWS];
-        for (int r = 0; r < R; r++) isum[r] = _mm512_loadu_si512((const void *)(a->b16 + (m0 + r) * nl + lane0));
+        __m512 scd[2];
+        for (int i = 0; i < NW; i++) {
+            const uint8_t *gi = g + i * rb;
+            group_prefetch(gi, 22 * G);
+            const __m512 d = _mm512_castps256_ps512(G == 8 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gi))
+                                                           : _mm256_castps128_ps256(_mm_cvtph_ps(
+                                                                 _mm_loadl_epi64((const __m128i *)gi))));
+            scd[i] = _mm512_permutexvar_ps(lane_block, d);
+        }
+        __m512i isum[2][KR_ROWS];
+        for (int r = 0; r < R; r++)
+            isum[0][r] = isum[1][r] = _mm512_loadu_si512((const void *)(a->b16 + (m0 + r) * nl + lane0));
 #pragma GCC unroll 4
         for (int v = 0; v < G / 2; v++) {
-            const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(g + 2 * G + 32 * v)));
-            const __m512i lo = nibbles_split(ql);
-            int64_t bits;
-            memcpy(&bits, g + 18 * G + 8 * v, 8);
-            const __m512i word = _mm512_set1_epi64(bits); /* q5r_bit's order: qwords 0-3 half 0, 4-7 half 1 */
-            const __m512i right = _mm512_srlv_epi64(word, _mm512_setr_epi64(0, 1, 2, 3, 0, 0, 0, 0));
-            const __m512i high = _mm512_mask_sllv_epi64(right, 0xF0, word, _mm512_setr_epi64(0, 0, 0, 0, 4, 3, 2, 1));
-            const __m512i codes = _mm512_or_si512(lo, _mm512_and_si512(high, _mm512_set1_epi8(0x10)));
+            __m512i codes[2];
+            for (int i = 0; i < NW; i++) {
+                const uint8_t *gi = g + i * rb;
+                const __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(gi + 2 * G + 32 * v)));
+                const __m512i lo = nibbles_split(ql);
+                int64_t bits;
+                memcpy(&bits, gi + 18 * G + 8 * v, 8);
+                const __m512i word = _mm512_set1_epi64(bits); /* q5r_bit's order: qwords 0-3 half 0, 4-7 half 1 */
+                const __m512i right = _mm512_srlv_epi64(word, _mm512_setr_epi64(0, 1, 2, 3, 0, 0, 0, 0));
+                const __m512i high =
+                    _mm512_mask_sllv_epi64(right, 0xF0, word, _mm512_setr_epi64(0, 0, 0, 0, 4, 3, 2, 1));
+                codes[i] = _mm512_or_si512(lo, _mm512_and_si512(high, _mm512_set1_epi8(0x10)));
+            }
             for (int r = 0; r < R; r++) {
-                const int8_t *av = a->qr + (m0 + r) * K + e + 64 * v;
-                isum[r] = _mm512_dpbusd_epi32(isum[r], codes, _mm512_load_si512((const void *)av));
+                const __m512i av = _mm512_load_si512((const void *)(a->qr + (m0 + r) * K + e + 64 * v));
+                for (int i = 0; i < NW; i++) isum[i][r] = _mm512_dpbusd_epi32(isum[i][r], codes[i], av);
             }
         }
-        for (int r = 0; r < R; r++) {
-            const __m512 t =
-                _mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_loadu_ps(a->da + (m0 + r) * nl + lane0));
-            acc[r] = _mm512_fmadd_ps(t, scd, acc[r]);
-        }
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < NW; i++) {
+                const __m512 t =
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(isum[i][r]), _mm512_loadu_ps(a->da + (m0 + r) * nl + lane0));
+                acc[i][r] = _mm512_fmadd_ps(t, scd[i], acc[i][r]);
+            }
     })
-    for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n] = sum512(acc[r]) + 0.0f;
+    for (int i = 0; i < NW; i++)
+        for (int r = 0; r < R; r++) out[(m0 + r) * ldo + n + i] = sum512(acc[i][r]) + 0.0f;
 }
 #elif defined(KQ_SIMD)
 /* half H's fifth bits from a vector's 64-bit word (q5r_bit's order) as 32 bytes, 0x10 where set */
@@ -1913,7 +1935,14 @@ static inline __attribute__((always_inline)) void kr5_tile(const act_t *a, int64
     for (int64_t t = 0; t < NT; t++) kr5_rows(&p, R, K, w, n0 + t, folded, t);
     folded_store(R, NT, folded, out + m0 * ldo + n0, ldo);
 #else
-    for (int64_t t = 0; t < NT; t++) kr5_rows(a, m0, R, K, w, n0 + t, out, ldo);
+    int64_t t = 0;
+#if defined(KQ_VNNI)
+    if (R >= KR5_PAIRED_FROM && R <= KR2_MAX)
+        for (; t + 1 < NT; t += 2) kr5_rows(2, a, m0, R, K, w, n0 + t, out, ldo);
+    for (; t < NT; t++) kr5_rows(1, a, m0, R, K, w, n0 + t, out, ldo);
+#else
+    for (; t < NT; t++) kr5_rows(a, m0, R, K, w, n0 + t, out, ldo);
+#endif
 #endif
 }
 
