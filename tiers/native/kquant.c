@@ -1229,43 +1229,6 @@ static inline __attribute__((always_inline)) void kr_range(const int TYPE, const
     }
 }
 
-/* kr_range for two weight rows at once, rowa and rowb, into acca and accb (groups g0 .. g1 - 1, one at a time): each
- * activation vector is loaded once for both rows, and each output gets kr_range's operations in its order: the same
- * bits. PF: each group prefetches the bytes ahead of both rows, the second row's half a group later. */
-static inline __attribute__((always_inline)) void kr_range2(const int TYPE, const actk_t *a, int64_t m0, const int R,
-        int64_t K, const uint8_t *rowa, const uint8_t *rowb, int64_t g0, int64_t g1, const int PF, kracc *acca,
-        kracc *accb) {
-    const int64_t gb = group_bytes(TYPE), ng = K / QK_K, ns = K / 16;
-    for (int64_t gi = g0; gi < g1; gi++) {
-        const uint8_t *g[2] = {rowa + gi * gb, rowb + gi * gb};
-        __m512 scd[2], mneg[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int w = 0; w < 2; w++) kr512_scales(TYPE, g[w], &scd[w], &mneg[w]);
-        __m512i isum[2][KR_ROWS];
-        for (int r = 0; r < R; r++) /* Q6_K_R: from - 32 * sum(q) */
-            isum[0][r] = isum[1][r] = TYPE == T_Q6_K_R
-                                          ? _mm512_load_si512((const void *)(a->b32 + (m0 + r) * ns + gi * 16))
-                                          : _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            if (PF && (v == 0 || v == 2)) group_prefetch(g[v / 2], (int)gb);
-            const __m512i codes[2] = {kr512_codes(TYPE, g[0], v), kr512_codes(TYPE, g[1], v)};
-            for (int r = 0; r < R; r++) {
-                const __m512i av = _mm512_load_si512((const void *)(a->qr + (m0 + r) * K + gi * QK_K + 64 * v));
-                for (int w = 0; w < 2; w++) isum[w][r] = _mm512_dpbusd_epi32(isum[w][r], codes[w], av);
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            const int64_t s = (m0 + r) * ns + gi * 16;
-            const __m512 d = _mm512_set1_ps(a->d[(m0 + r) * ng + gi]);
-            for (int w = 0; w < 2; w++) {
-                kracc *acc = w ? accb : acca;
-                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[w][r]), d), scd[w], acc[r]);
-                if (TYPE == T_Q4_K_R) acc[r] = _mm512_fmadd_ps(mneg[w], _mm512_load_ps(a->dbs + s), acc[r]);
-            }
-        }
-    }
-}
-
 #elif defined(KQ_SIMD)
 /* AVX2 has no vpdpbusd. pmaddubsw's int16 pair sums are added up in int16 while they cannot overflow, then widened
  * once by pmaddwd into 4-to-a-lane int32 sums (vpdpbusd's). Codes below 2^b times activations within +-127: a pair
@@ -1610,16 +1573,11 @@ static inline __attribute__((always_inline)) void kr_rows(const int TYPE, const 
  * bursts). */
 #define KR2_MIN 2
 #define KR2_MAX 5
-#define KR6_MAX 5 /* the same for a Q6_K_R's weight rows (kr_range2) */
-/* and from how many rows a Q5_0_R's (kr5_rows, up to KR2_MAX): the 0.5B's gate_up shape (9,728 x 896), streamed on 2
- * threads, 4 and 5 rows 12-18% faster, 3 rows 2-18%; 1 row within the noise, so it stays alone (issue 37's
- * twenty-seventh pass) */
-#ifndef KR5_PAIRED_FROM
-#define KR5_PAIRED_FROM 2
-#endif
-/* whether a tile of R rows takes its weight rows two at a time (kr_rows2, kr6_rows2) */
+/* whether a tile of R rows takes its weight rows two at a time: Q4_K_R (kr_rows2), Q6_K_R (kr6_rows2) and Q5_0_R
+ * (kr5_rows; the 0.5B's gate_up shape, 9,728 x 896, streamed on 2 threads: 4 and 5 rows 12-18% faster, 3 rows
+ * 2-18%, 1 row within the noise, issue 37's twenty-seventh pass) */
 static inline int kr_paired(const int TYPE, const int R) {
-    return R >= KR2_MIN && ((TYPE == T_Q4_K_R && R <= KR2_MAX) || (TYPE == T_Q6_K_R && R <= KR6_MAX));
+    return R >= KR2_MIN && R <= KR2_MAX && (TYPE == T_Q4_K_R || TYPE == T_Q6_K_R || TYPE == T_Q5_0_R);
 }
 /* kr_rows for weight rows n and n + 1 of a Q4_K_R, R <= KR2_MAX: their pairs together, a row's odd last group alone */
 static inline __attribute__((always_inline)) void kr_rows2(const actk_t *a, int64_t m0, const int R, int64_t K,
@@ -1639,16 +1597,39 @@ static inline __attribute__((always_inline)) void kr_rows2(const actk_t *a, int6
     }
 }
 
-/* kr_rows for weight rows n and n + 1 of a Q6_K_R, R <= KR6_MAX */
+/* kr_rows for weight rows n and n + 1 of a Q6_K_R, R <= KR2_MAX, group by group: each activation vector is loaded
+ * once for both rows, and each output gets kr_range's operations in its order (the same bits); each group prefetches
+ * the bytes ahead of both rows, the second row's half a group later */
 static inline __attribute__((always_inline)) void kr6_rows2(const actk_t *a, int64_t m0, const int R, int64_t K,
         const uint8_t *w, int64_t n, __m256 (*folded)[KQ_CHUNK], int64_t t) {
-    const int64_t rb = row_bytes(T_Q6_K_R, K);
-    kracc acca[KR6_MAX], accb[KR6_MAX];
-    for (int r = 0; r < R; r++) acca[r] = accb[r] = kracc_zero();
-    kr_range2(T_Q6_K_R, a, m0, R, K, w + n * rb, w + (n + 1) * rb, 0, K / QK_K, 1, acca, accb);
+    const int64_t rb = row_bytes(T_Q6_K_R, K), gb = group_bytes(T_Q6_K_R), ng = K / QK_K, ns = K / 16;
+    kracc acc[2][KR2_MAX];
+    for (int r = 0; r < R; r++) acc[0][r] = acc[1][r] = kracc_zero();
+    for (int64_t gi = 0; gi < ng; gi++) {
+        const uint8_t *g[2] = {w + n * rb + gi * gb, w + (n + 1) * rb + gi * gb};
+        __m512 scd[2], unused;
+        for (int i = 0; i < 2; i++) kr512_scales(T_Q6_K_R, g[i], &scd[i], &unused);
+        __m512i isum[2][KR2_MAX];
+        for (int r = 0; r < R; r++) /* from - 32 * sum(q) */
+            isum[0][r] = isum[1][r] = _mm512_load_si512((const void *)(a->b32 + (m0 + r) * ns + gi * 16));
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            if (v == 0 || v == 2) group_prefetch(g[v / 2], (int)gb);
+            const __m512i codes[2] = {kr512_codes(T_Q6_K_R, g[0], v), kr512_codes(T_Q6_K_R, g[1], v)};
+            for (int r = 0; r < R; r++) {
+                const __m512i av = _mm512_load_si512((const void *)(a->qr + (m0 + r) * K + gi * QK_K + 64 * v));
+                for (int i = 0; i < 2; i++) isum[i][r] = _mm512_dpbusd_epi32(isum[i][r], codes[i], av);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const __m512 d = _mm512_set1_ps(a->d[(m0 + r) * ng + gi]);
+            for (int i = 0; i < 2; i++)
+                acc[i][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[i][r]), d), scd[i], acc[i][r]);
+        }
+    }
     for (int r = 0; r < R; r++) {
-        folded[r][t] = kracc_fold(acca[r]);
-        folded[r][t + 1] = kracc_fold(accb[r]);
+        folded[r][t] = kracc_fold(acc[0][r]);
+        folded[r][t + 1] = kracc_fold(acc[1][r]);
     }
 }
 #endif
@@ -1906,7 +1887,7 @@ static inline __attribute__((always_inline)) void kk_tile(const int TYPE, const 
                 if (TYPE == T_Q4_K_R)
                     kr_rows2(a, m0, R < KR2_MAX ? R : KR2_MAX, K, w, n0 + t, folded, t);
                 else
-                    kr6_rows2(a, m0, R < KR6_MAX ? R : KR6_MAX, K, w, n0 + t, folded, t);
+                    kr6_rows2(a, m0, R < KR2_MAX ? R : KR2_MAX, K, w, n0 + t, folded, t);
             }
         }
 #endif
@@ -1937,7 +1918,7 @@ static inline __attribute__((always_inline)) void kr5_tile(const act_t *a, int64
 #else
     int64_t t = 0;
 #if defined(KQ_VNNI)
-    if (R >= KR5_PAIRED_FROM && R <= KR2_MAX)
+    if (kr_paired(T_Q5_0_R, R))
         for (; t + 1 < NT; t += 2) kr5_rows(2, a, m0, R, K, w, n0 + t, out, ldo);
     for (; t < NT; t++) kr5_rows(1, a, m0, R, K, w, n0 + t, out, ldo);
 #else
