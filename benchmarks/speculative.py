@@ -22,11 +22,12 @@ acceptance and costs, drafts stopping early where the draft's confidence says on
 same without that stop (a per-request k only), at a fixed k = 4 for reference, and (family) the draft scoring its
 whole vocabulary (draft_vocab_size=0; the default scores 32,768 ids and what it is fed) and ngram drafting at
 adaptive and fixed k. Each system is warmed up on other prompts of the same batch size (the adaptive controller
-learns its costs there), then timed best of two, interleaved, the order rotating between the two (no system always
-runs first). The first timing of each system sees the timed prompts for the first time; the second finds them in
-its prefix cache (the target's blocks, and the draft's where it computed them), which is what the best of two
-usually reports: the speedup on the first timing is printed beside it ("new"). Greedy tokens of every speculative
-run are checked against the target alone's.
+learns its costs there), then timed best of two: each timed call runs on every system back to back, the order
+rotating from call to call (no system always runs first), so a drift of the machine's speed reaches the target alone
+and the speculative systems alike. The first timing of each system sees the timed prompts for the first time; the
+second finds them in its prefix cache (the target's blocks, and the draft's where it computed them), which is what
+the best of two usually reports: the speedup on the first timing is printed beside it ("new"). Greedy tokens of every
+speculative run are checked against the target alone's.
 
 Reported: acceptance rate (accepted / draft tokens), Leviathan's alpha (accepted / (accepted + rejections)), mean
 tokens per verification, per-position acceptance, the cost ratio c (a batch-1 decode step of the draft engine
@@ -239,24 +240,33 @@ def _describe_pair(pair: str, target, draft, target_path: Path, draft_path: Path
 
 
 def measure(systems: dict, workload: Workload, repeats: int) -> list[Run]:
+    """Each timed call runs on every system back to back, the order rotating from call to call and from repeat to
+    repeat, so a drift of the machine's speed (minutes long on a shared host) reaches a call's timings alike; each
+    system keeps its fastest repeat (the sum of its calls)."""
     runs: list[Run] = []
+    names = list(systems)
     for batch in BATCH_SIZES:
         for engine in systems.values():
             _generate_calls(engine, workload.warmup[batch], workload.params)
         best: dict[str, Run] = {}
         first: dict[str, float] = {}
-        names = list(systems)
-        for rep in range(repeats):  # the order rotates: no system is always the first timed
-            for name in names[rep % len(names):] + names[:rep % len(names)]:
-                engine = systems[name]
+        for rep in range(repeats):
+            for engine in systems.values():
                 if engine.speculator is not None:
                     engine.speculator.reset_metrics()
-                calls, tokens = _generate_calls(engine, workload.timed[batch], workload.params)
-                seconds = sum(calls)
-                spec = engine.stats().speculative
+            calls: dict[str, list[float]] = {name: [] for name in names}
+            tokens: dict[str, list[list[int]]] = {name: [] for name in names}
+            for i, call in enumerate(workload.timed[batch]):
+                turn = (rep + i) % len(names)
+                for name in names[turn:] + names[:turn]:
+                    seconds, out = _generate(systems[name], call, workload.params)
+                    calls[name].append(seconds)
+                    tokens[name] += out
+            for name, engine in systems.items():
+                seconds, spec = sum(calls[name]), engine.stats().speculative
                 first.setdefault(name, seconds)
                 if name not in best or seconds < best[name].seconds:
-                    best[name] = Run(name, batch, seconds, tokens, first[name], calls, spec,
+                    best[name] = Run(name, batch, seconds, tokens[name], first[name], calls[name], spec,
                                      verify_cost(engine, spec, batch))
         runs.extend(best[name] for name in names)
         _check_tokens(best, batch)
