@@ -696,6 +696,45 @@ def test_the_benchmark_speedup_interval_is_over_the_calls():
         speedup_interval([1.0, 2.0], [1.0])
 
 
+def test_the_benchmark_times_each_call_on_every_system_back_to_back():
+    """A drift of the machine's speed must reach the target alone and the speculative systems alike: each timed call
+    runs on every system in turn, the first system rotating from call to call and from repeat to repeat, and each
+    system keeps its own calls' timings and tokens."""
+    from types import SimpleNamespace
+
+    from benchmarks import speculative
+
+    order: list[tuple[str, int]] = []
+
+    class Recorder:
+        speculator = None
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def generate(self, prompts, params):
+            order.append((self.name, prompts[0][0]))
+            return [SimpleNamespace(token_ids=[p[0], 7]) for p in prompts]
+
+        def stats(self):
+            return SimpleNamespace(speculative=None)
+
+    names = ["target alone", "a", "b"]
+    calls = {b: [[[10 * b + i]] for i in range(4)] for b in speculative.BATCH_SIZES}
+    workload = speculative.Workload("fake", None, {b: [[[-1]]] for b in speculative.BATCH_SIZES}, calls)
+    runs = speculative.measure({n: Recorder(n) for n in names}, workload, repeats=2)
+    timed = [o for o in order if o[1] != -1]
+    batch1 = timed[:2 * 4 * 3]
+    for rep in range(2):
+        for i in range(4):
+            turn = (rep + i) % 3
+            got = batch1[(rep * 4 + i) * 3:(rep * 4 + i + 1) * 3]
+            assert got == [(n, 10 + i) for n in names[turn:] + names[:turn]]
+    assert [(r.system, r.batch) for r in runs] == [(n, b) for b in speculative.BATCH_SIZES for n in names]
+    for r in runs:
+        assert len(r.call_seconds) == 4 and r.tokens == [[10 * r.batch + i, 7] for i in range(4)]
+
+
 def test_draft_slots_never_take_the_blocks_others_need():
     """Two decoding sequences each at a block boundary, two free blocks: both decode, neither gets draft slots
     that would leave the other without a block (which would preempt it); with room to spare, both speculate."""
