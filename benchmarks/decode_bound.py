@@ -18,7 +18,9 @@
   shape, timed alone on its real weights at batch 1 (and at more rows with --rows: a verification step's cost),
   each call on weights not in any cache (the layers' own weights, cycled, and copies of them up to --kernel-bytes
   in all, so that every call streams its bytes from memory as a decode step does) with its GB/s and share of the
-  bound, so the slow kernel is named, not guessed; beside it (`cache`) the same kernel's GB/s on 4 MiB of its rows
+  bound, so the slow kernel is named, not guessed; GGUF-block kernels called back to back in C, as a step's one-call
+  stack calls them (benchmarks/kernel_calls.py: through Python each call paid ~60 us more on an Intel Xeon), the
+  others through their Python call; beside it (`cache`) the same kernel's GB/s on 4 MiB of its rows
   that stay in cache, called over and over: a streamed GB/s near it says the kernel's arithmetic, not memory,
   bounds that row count (on the AVX2 EPYC of docs/benchmarks.md: five rows; one row reads 1.2-1.9x slower
   streamed than in cache);
@@ -174,15 +176,8 @@ def _copy(t: torch.Tensor) -> torch.Tensor:
 
 
 def _matmul(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A fresh copy of a quantized projection's weights (no byte shared with the model's) and its batch-1 kernel
-    call, as the engine's decode makes it (bias added apart, outside the timing)."""
-    if module.kernel == "cpu_kq":
-        from tiers.quantization import kquant
-        from tiers.quantization.kquant import KQuantWeight
-
-        weight = KQuantWeight([(kind, _copy(rows)) for kind, rows in module.kq.parts], module.kq.in_features)
-        native = module.native
-        return lambda x: kquant.gemm(native, x, weight)
+    """A fresh copy of a (not GGUF-block) quantized projection's weights (no byte shared with the model's) and its
+    batch-1 kernel call, as the engine's decode makes it (bias added apart, outside the timing)."""
     clone = copy.copy(module)  # the layer's other state shared; its tensors copied
     clone._buffers = {k: _copy(v) if v is not None else None for k, v in module._buffers.items()}
     clone._parameters = {k: torch.nn.Parameter(_copy(v.detach()), requires_grad=False) if v is not None else None
@@ -190,22 +185,52 @@ def _matmul(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda x: clone.impl.matmul(clone, x)
 
 
-def _cached(module: torch.nn.Module, max_bytes: int = CACHED_BYTES) -> tuple[Callable[[torch.Tensor], torch.Tensor],
-                                                                               int] | None:
-    """The batch-1 kernel call on the first rows of a GGUF-block projection (every part cut in proportion to
-    max_bytes in whole chunks of 16 rows, at least one chunk or the whole part) and those bytes: called over and
-    over, its weights stay in cache, so its time is what the kernel computes, memory out of the way. None for the
-    other kernels."""
+def _timer(modules: list[torch.nn.Module]) -> Callable[[torch.Tensor], float]:
+    """x -> seconds a call over one pass of fresh copies of the modules' weights, each called once in order: GGUF-block
+    kernels back to back in C (benchmarks.kernel_calls: a step's stack calls them with no Python between), the others
+    through their Python call."""
+    if all(m.kernel == "cpu_kq" for m in modules):
+        from benchmarks.kernel_calls import kq_calls
+        from tiers.quantization.kquant import KQuantWeight
+
+        weights = [KQuantWeight([(kind, _copy(rows)) for kind, rows in m.kq.parts], m.kq.in_features) for m in modules]
+        run = kq_calls(modules[0].native, weights)
+        return lambda x: run(x) / len(weights)
+    calls = [_matmul(m) for m in modules]
+
+    def python_pass(x: torch.Tensor) -> float:
+        start = time.perf_counter()
+        for call in calls:
+            call(x)
+        return (time.perf_counter() - start) / len(calls)
+
+    return python_pass
+
+
+def _cached(module: torch.nn.Module, max_bytes: int = CACHED_BYTES, seconds: float = 0.05
+            ) -> tuple[Callable[..., float], int] | None:
+    """x -> seconds a call of the batch-1 kernel on the first rows of a GGUF-block projection (every part cut in
+    proportion to max_bytes in whole chunks of 16 rows, at least one chunk or the whole part), called over and over
+    in C for ~`seconds` (its weights stay in cache, so its time is what the kernel computes, memory out of the way),
+    and those bytes. None for the other kernels."""
     if module.kernel != "cpu_kq":
         return None
-    from tiers.quantization import kquant
+    from benchmarks.kernel_calls import kq_calls
     from tiers.quantization.kquant import KQuantWeight
 
     parts, total = module.kq.parts, module.kq.nbytes
     keep = [max(16, rows.shape[0] * max_bytes // total // 16 * 16) for _, rows in parts]
     weight = KQuantWeight([(kind, _copy(rows[:n])) for (kind, rows), n in zip(parts, keep)], module.kq.in_features)
-    native = module.native
-    return (lambda x: kquant.gemm(native, x, weight)), weight.nbytes
+
+    def per_call(x: torch.Tensor, out: torch.Tensor | None = None) -> float:
+        """out: as kernel_calls' pass, the slice's product after"""
+        one = kq_calls(module.native, [weight])
+        one(x)
+        n = max(3, int(seconds / max(one(x), 1e-6)))
+        run = kq_calls(module.native, [weight] * n)
+        return min(run(x, out) for _ in range(3)) / n
+
+    return per_call, weight.nbytes
 
 
 def _resident(module: torch.nn.Module) -> int:
@@ -241,20 +266,15 @@ def kernel_breakdown(model: torch.nn.Module, threads: int, read_gb_s: float | No
         for (kind, types, (n, k), kernel), members in projection_groups(model).items():
             per_call = _resident(members[0][1])
             copies = max(1, math.ceil(kernel_bytes / (per_call * len(members))))
-            calls = [_matmul(module) for _ in range(copies) for _, module in members]
+            modules = [module for _ in range(copies) for _, module in members]
+            timer = _timer(modules)
             cached = _cached(members[0][1])
             row = {"kind": kind, "types": types, "shape": [n, k], "kernel": kernel, "layers": len(members),
-                   "bytes": per_call, "copies": len(calls)}
+                   "bytes": per_call, "copies": len(modules)}
             for m in rows:
                 x = torch.randn(m, k)
-                for call in calls:  # warm-up: page faults of the copies, the kernel's first call
-                    call(x)
-                best = math.inf
-                for _ in range(repeats):
-                    start = time.perf_counter()
-                    for call in calls:
-                        call(x)
-                    best = min(best, (time.perf_counter() - start) / len(calls))
+                timer(x)  # warm-up: page faults of the copies, the kernel's first call
+                best = min(timer(x) for _ in range(repeats))
                 key = "" if m == 1 else f"_m{m}"
                 row[f"us{key}"] = best * 1e6
                 row[f"gb_s{key}"] = per_call / best / 1e9
@@ -264,28 +284,12 @@ def kernel_breakdown(model: torch.nn.Module, threads: int, read_gb_s: float | No
                 if m != 1 and "us" in row:
                     row[f"cost_m{m}_vs_m1"] = best * 1e6 / row["us"]
                 if cached is not None:
-                    row[f"cached_gb_s{key}"] = cached[1] / _best_time(cached[0], x, repeats) / 1e9
-            del calls
+                    row[f"cached_gb_s{key}"] = cached[1] / cached[0](x) / 1e9
+            del timer
             out.append(row)
     finally:
         torch.set_num_threads(before)
     return out
-
-
-def _best_time(call: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, repeats: int,
-               seconds: float = 0.05) -> float:
-    """The best time of one call over `repeats` runs of back-to-back calls (~`seconds` each) on the same weights."""
-    call(x)
-    start = time.perf_counter()
-    call(x)
-    n = max(3, int(seconds / max(time.perf_counter() - start, 1e-6)))
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(n):
-            call(x)
-        best = min(best, (time.perf_counter() - start) / n)
-    return best
 
 
 def merge_bandwidth(passes: list[dict[str, Any]]) -> dict[str, Any]:

@@ -78,9 +78,31 @@ def test_the_cached_slice_is_the_first_rows_of_each_part(engine):
     keep = [min(rows.shape[0], max(16, rows.shape[0] // 2 // 16 * 16)) for _, rows in parts]
     assert nbytes == sum(n * rows.shape[1] for n, (_, rows) in zip(keep, parts)) < module.kq.nbytes
     x = torch.randn(3, module.in_features)
-    full, got = kquant.gemm(module.native, x, module.kq), call(x)
+    got = torch.full((3, sum(keep)), float("nan"))
+    assert call(x, got) > 0
+    full = kquant.gemm(module.native, x, module.kq)
     starts = [0, parts[0][1].shape[0]]
     assert torch.equal(got, torch.cat([full[:, start:start + n] for start, n in zip(starts, keep)], dim=1))
+
+
+def test_kernel_calls_run_each_weight_in_c():
+    """benchmarks.kernel_calls' pass calls the kernel on every weight in order, the last call's product left in out;
+    weights of another shape or block types are refused."""
+    from benchmarks.kernel_calls import kq_calls
+    from tiers.quantization import kquant
+
+    native = native_library()
+    weights = [kquant.repack(native, kquant.quantize(torch.randn(48, 256) * 0.1, "Q5_0"), in_place=True)
+               for _ in range(3)]
+    x, out = torch.randn(2, 256), torch.full((2, 48), float("nan"))
+    assert kq_calls(native, weights)(x, out) > 0
+    assert torch.equal(out, kquant.gemm(native, x, weights[-1]))
+    assert not torch.equal(out, kquant.gemm(native, x, weights[0]))
+    other = kquant.repack(native, kquant.quantize(torch.randn(32, 256), "Q5_0"), in_place=True)
+    with pytest.raises(ValueError, match="shape and block types"):
+        kq_calls(native, [weights[0], other])
+    with pytest.raises(ValueError, match="features"):
+        kq_calls(native, weights)(torch.randn(2, 128))
 
 
 def test_cpu_and_read_bandwidth_are_reported():

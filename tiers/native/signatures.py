@@ -46,3 +46,5 @@ def declare_ops(lib: ctypes.CDLL) -> None:
     lib.aio_gemm_kq_parts.restype = INT
     lib.aio_read_bytes.argtypes = [PTR, I64, INT, INT]
     lib.aio_read_bytes.restype = ctypes.c_uint64
+    lib.aio_kq_time_calls.argtypes = [PTR, I64, I64, INT, PTR, PTR, PTR, I64, PTR, INT, PTR]
+    lib.aio_kq_time_calls.restype = ctypes.c_double
