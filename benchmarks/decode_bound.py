@@ -167,21 +167,26 @@ def _kind(name: str) -> str:
     return re.sub(r"^layers\.\d+\.(self_attn|mlp)\.", "", name)
 
 
-def _copy(t: torch.Tensor) -> torch.Tensor:
-    """A copy allocated as the loader allocates weights (tiers.native.huge_pages), so that its reads cost what the
-    model's own do."""
+def _arena():
+    """Where a timing's copies go: packed on huge pages as the loader packs a model's streamed weights
+    (tiers/quantization/placement.py), so that their reads cost what the model's own do. One copy each through
+    huge_pages.copy left a weight under 2 MB (the small models' q / k / v / o) on 4 KB pages."""
     from tiers.native import huge_pages
 
-    return huge_pages.copy(t)
+    return huge_pages.SlabArena()
 
 
-def _matmul(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+def _copy(t: torch.Tensor, arena) -> torch.Tensor:
+    return arena.copy(t.contiguous())
+
+
+def _matmul(module: torch.nn.Module, arena) -> Callable[[torch.Tensor], torch.Tensor]:
     """A fresh copy of a (not GGUF-block) quantized projection's weights (no byte shared with the model's) and its
     batch-1 kernel call, as the engine's decode makes it (bias added apart, outside the timing)."""
     clone = copy.copy(module)  # the layer's other state shared; its tensors copied
-    clone._buffers = {k: _copy(v) if v is not None else None for k, v in module._buffers.items()}
-    clone._parameters = {k: torch.nn.Parameter(_copy(v.detach()), requires_grad=False) if v is not None else None
-                         for k, v in module._parameters.items()}
+    clone._buffers = {k: _copy(v, arena) if v is not None else None for k, v in module._buffers.items()}
+    clone._parameters = {k: torch.nn.Parameter(_copy(v.detach(), arena), requires_grad=False)
+                         if v is not None else None for k, v in module._parameters.items()}
     return lambda x: clone.impl.matmul(clone, x)
 
 
@@ -189,14 +194,16 @@ def _timer(modules: list[torch.nn.Module]) -> Callable[[torch.Tensor], float]:
     """x -> seconds a call over one pass of fresh copies of the modules' weights, each called once in order: GGUF-block
     kernels back to back in C (benchmarks.kernel_calls: a step's stack calls them with no Python between), the others
     through their Python call."""
+    arena = _arena()
     if all(m.kernel == "cpu_kq" for m in modules):
         from benchmarks.kernel_calls import kq_calls
         from tiers.quantization.kquant import KQuantWeight
 
-        weights = [KQuantWeight([(kind, _copy(rows)) for kind, rows in m.kq.parts], m.kq.in_features) for m in modules]
+        weights = [KQuantWeight([(kind, _copy(rows, arena)) for kind, rows in m.kq.parts], m.kq.in_features)
+                   for m in modules]
         run = kq_calls(modules[0].native, weights)
         return lambda x: run(x) / len(weights)
-    calls = [_matmul(m) for m in modules]
+    calls = [_matmul(m, arena) for m in modules]
 
     def python_pass(x: torch.Tensor) -> float:
         start = time.perf_counter()
@@ -220,7 +227,9 @@ def _cached(module: torch.nn.Module, max_bytes: int = CACHED_BYTES, seconds: flo
 
     parts, total = module.kq.parts, module.kq.nbytes
     keep = [max(16, rows.shape[0] * max_bytes // total // 16 * 16) for _, rows in parts]
-    weight = KQuantWeight([(kind, _copy(rows[:n])) for (kind, rows), n in zip(parts, keep)], module.kq.in_features)
+    arena = _arena()
+    weight = KQuantWeight([(kind, _copy(rows[:n], arena)) for (kind, rows), n in zip(parts, keep)],
+                          module.kq.in_features)
 
     def per_call(x: torch.Tensor, out: torch.Tensor | None = None) -> float:
         """out: as kernel_calls' pass, the slice's product after"""
