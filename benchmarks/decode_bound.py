@@ -177,7 +177,7 @@ def _arena():
 
 
 def _copy(t: torch.Tensor, arena) -> torch.Tensor:
-    return arena.copy(t.contiguous())
+    return arena.copy(t)
 
 
 def _matmul(module: torch.nn.Module, arena) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from tiers.native import NativeLibrary
-from tiers.quantization.kquant import BLOCK_TYPES, KQuantWeight
+from tiers.quantization.kquant import KQuantWeight, call_arrays
 
 
 def kq_calls(native: NativeLibrary, weights: list[KQuantWeight]) -> Callable[..., float]:
@@ -23,10 +23,9 @@ def kq_calls(native: NativeLibrary, weights: list[KQuantWeight]) -> Callable[...
     first = weights[0]
     if any(w.shape != first.shape or w.types != first.types for w in weights):
         raise ValueError("every weight of a pass must have the first one's shape and block types")
-    nparts, (n, k) = len(first.parts), first.shape
+    _, ns, types, nparts = call_arrays(first)  # every call's row counts and type ids: the first weight's
+    n, k = first.shape
     ptrs = (ctypes.c_void_p * (len(weights) * nparts))(*(rows.data_ptr() for w in weights for _, rows in w.parts))
-    ns = (ctypes.c_int64 * nparts)(*(rows.shape[0] for _, rows in first.parts))
-    types = (ctypes.c_int * nparts)(*(BLOCK_TYPES[kind][0] for kind in first.types))
     keep = list(weights)  # the pointers stay valid while the pass lives
 
     def run(x: torch.Tensor, out: torch.Tensor | None = None) -> float:
